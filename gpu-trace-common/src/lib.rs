@@ -1,0 +1,157 @@
+//! Types and names shared by gpu-trace's kernel programs and its userspace.
+//!
+//! Everything here is `#[repr(C)]` with fixed-width fields and explicit
+//! padding, so both sides agree on the layout byte for byte.
+#![no_std]
+
+/// Program names: the functions in gpu-trace-ebpf carry exactly these names.
+pub mod program {
+    pub const OBSERVER: &str = "observe_device";
+    pub const ENTER_OPENAT: &str = "enter_openat";
+    pub const EXIT_OPENAT: &str = "exit_openat";
+    pub const ENTER_OPENAT2: &str = "enter_openat2";
+    pub const EXIT_OPENAT2: &str = "exit_openat2";
+    pub const ENTER_OPEN: &str = "enter_open";
+    pub const EXIT_OPEN: &str = "exit_open";
+    /// The stand-in container policy of the policy object.
+    pub const SCRATCH_POLICY: &str = "scratch_policy";
+}
+
+/// Map names, shared for the same reason.
+pub mod map {
+    pub const EVENTS: &str = "EVENTS";
+    pub const WATCHED_MAJORS: &str = "WATCHED_MAJORS";
+    pub const IN_FLIGHT: &str = "IN_FLIGHT";
+    pub const LOST_EVENTS: &str = "LOST_EVENTS";
+    /// Policy object: char major -> access bits it denies.
+    pub const DENY_RULES: &str = "DENY_RULES";
+}
+
+/// Read-only globals set by userspace before the tracer is loaded.
+pub mod global {
+    /// Non-zero: every device is watched, the major filter is skipped.
+    pub const WATCH_ALL_DEVICES: &str = "WATCH_ALL_DEVICES";
+    /// Non-zero: allowed accesses are reported too, not only denied ones.
+    pub const REPORT_ALLOWED: &str = "REPORT_ALLOWED";
+}
+
+/// Capacity of the per-thread table of open calls in flight.
+pub const IN_FLIGHT_CAPACITY: u32 = 16384;
+/// Capacity of the watched-majors filter.
+pub const WATCHED_MAJORS_CAPACITY: u32 = 256;
+/// Ring buffer size in bytes (a power of two, a multiple of the page size).
+pub const EVENTS_RING_BYTES: u32 = 1 << 20;
+/// Bytes of the opened path kept per event, including the terminating NUL.
+pub const PATH_LEN: usize = 256;
+pub const COMM_LEN: usize = 16;
+
+/// Device type in the cgroup device context (`BPF_DEVCG_DEV_*`).
+pub const DEV_TYPE_BLOCK: u16 = 1;
+pub const DEV_TYPE_CHAR: u16 = 2;
+
+/// Access bits in the cgroup device context (`BPF_DEVCG_ACC_*`).
+pub const ACCESS_MKNOD: u16 = 1;
+pub const ACCESS_READ: u16 = 2;
+pub const ACCESS_WRITE: u16 = 4;
+
+/// Which syscall carried the access (0: none of the traced ones).
+pub const SYSCALL_NONE: u16 = 0;
+pub const SYSCALL_OPENAT: u16 = 1;
+pub const SYSCALL_OPENAT2: u16 = 2;
+pub const SYSCALL_OPEN: u16 = 3;
+
+/// `DeviceAccessEvent::flags` bits.
+/// The observer saw this access (device fields and `bpf_retval` are valid).
+pub const FLAG_SEEN_BY_OBSERVER: u16 = 1;
+/// The access happened inside a traced open call: `path` and `syscall_ret` are valid.
+pub const FLAG_HAS_SYSCALL: u16 = 2;
+/// The path did not fit in `path` and was cut.
+pub const FLAG_PATH_TRUNCATED: u16 = 4;
+
+/// One device access, as the kernel side reports it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceAccessEvent {
+    /// `bpf_ktime_get_boot_ns()` when the device hook ran.
+    pub boot_ns: u64,
+    /// Inode number of the task's cgroup2 directory.
+    pub cgroup_id: u64,
+    /// Process id (tgid) and thread id.
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub major: u32,
+    pub minor: u32,
+    /// `ACCESS_*` bits requested.
+    pub access: u16,
+    /// `DEV_TYPE_*`.
+    pub dev_type: u16,
+    /// Combined verdict of the device policies run before the observer:
+    /// 0 allowed, negative errno denied.
+    pub bpf_retval: i32,
+    /// Return value of the open call: fd (>= 0) or negative errno.
+    pub syscall_ret: i32,
+    /// `SYSCALL_*`.
+    pub syscall: u16,
+    /// `FLAG_*`.
+    pub flags: u16,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+    /// NUL-terminated path as the process passed it.
+    pub path: [u8; PATH_LEN],
+}
+
+impl DeviceAccessEvent {
+    pub const fn zeroed() -> Self {
+        Self {
+            boot_ns: 0,
+            cgroup_id: 0,
+            pid: 0,
+            tid: 0,
+            uid: 0,
+            major: 0,
+            minor: 0,
+            access: 0,
+            dev_type: 0,
+            bpf_retval: 0,
+            syscall_ret: 0,
+            syscall: SYSCALL_NONE,
+            flags: 0,
+            _pad: 0,
+            comm: [0; COMM_LEN],
+            path: [0; PATH_LEN],
+        }
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<DeviceAccessEvent>() == 56 + COMM_LEN + PATH_LEN);
+
+/// Per-thread state between the entry and the exit of an open call. Small on
+/// purpose: it is written on every open on the host. The observer fills in the
+/// device fields when the call reaches the device hook.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OpenInFlight {
+    /// User pointer to the path argument.
+    pub path_ptr: u64,
+    pub boot_ns: u64,
+    pub cgroup_id: u64,
+    pub uid: u32,
+    pub major: u32,
+    pub minor: u32,
+    pub access: u16,
+    pub dev_type: u16,
+    pub bpf_retval: i32,
+    /// `SYSCALL_*` of the call in flight.
+    pub syscall: u16,
+    /// Non-zero once the observer has filled in the device fields.
+    pub seen: u16,
+}
+
+const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48);
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain-old-data, every bit pattern is valid.
+    unsafe impl aya::Pod for super::DeviceAccessEvent {}
+}

@@ -1,0 +1,51 @@
+//! Maps and load-time settings shared by the tracer's programs.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use gpu_trace_common::{
+    OpenInFlight, EVENTS_RING_BYTES, IN_FLIGHT_CAPACITY, WATCHED_MAJORS_CAPACITY,
+};
+
+/// Finished events for userspace.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+
+/// Char majors to report; userspace adds majors as drivers register them.
+#[map]
+pub static WATCHED_MAJORS: HashMap<u32, u8> = HashMap::with_max_entries(WATCHED_MAJORS_CAPACITY, 0);
+
+/// Open calls in flight, by thread id. LRU so that a thread that dies inside
+/// a call can never fill the table.
+#[map]
+pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
+    LruHashMap::with_max_entries(IN_FLIGHT_CAPACITY, 0);
+
+/// Events dropped because the ring buffer was full (one slot per CPU).
+#[map]
+pub static LOST_EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+// Read-only globals: userspace sets them before load (see gpu_trace_common::global).
+#[unsafe(no_mangle)]
+static WATCH_ALL_DEVICES: u8 = 0;
+#[unsafe(no_mangle)]
+static REPORT_ALLOWED: u8 = 0;
+
+pub fn watch_all_devices() -> bool {
+    // SAFETY: a plain read of a global the loader patched; volatile keeps the
+    // compiler from folding in the default.
+    unsafe { core::ptr::read_volatile(&WATCH_ALL_DEVICES) != 0 }
+}
+
+pub fn report_allowed() -> bool {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&REPORT_ALLOWED) != 0 }
+}
+
+pub fn count_lost_event() {
+    if let Some(counter) = LOST_EVENTS.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, no other writer while this program runs on this CPU.
+        unsafe { *counter += 1 };
+    }
+}

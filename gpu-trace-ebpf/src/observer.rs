@@ -1,0 +1,90 @@
+//! The observer on the cgroup device hook.
+//!
+//! Attached at the cgroup2 root, it runs after every policy attached below
+//! it and reads their combined verdict with `bpf_get_retval()`. It never
+//! decides: every path returns ALLOW.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_uid_gid, bpf_ktime_get_boot_ns, generated::bpf_get_retval,
+    },
+    macros::cgroup_device,
+    programs::DeviceContext,
+};
+use gpu_trace_common::{DeviceAccessEvent, DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER};
+
+use crate::maps::{
+    count_lost_event, report_allowed, watch_all_devices, EVENTS, IN_FLIGHT, WATCHED_MAJORS,
+};
+
+/// Return value of a cgroup_device program that lets the access through.
+const ALLOW: i32 = 1;
+
+#[cgroup_device]
+pub fn observe_device(ctx: DeviceContext) -> i32 {
+    // SAFETY: the kernel hands every cgroup_device program a valid context.
+    let dev = unsafe { &*ctx.device };
+    let dev_type = (dev.access_type & 0xffff) as u16;
+    let access = (dev.access_type >> 16) as u16;
+    if !is_watched(dev_type, dev.major) {
+        return ALLOW;
+    }
+    // SAFETY: helper without arguments; available to cgroup_device programs
+    // from kernel 5.18, which the loader checks.
+    let bpf_retval = unsafe { bpf_get_retval() };
+    let tid = bpf_get_current_pid_tgid() as u32;
+
+    // Inside a traced open call: leave the details for its exit, which knows
+    // the path and the errno.
+    if let Some(call) = IN_FLIGHT.get_ptr_mut(tid) {
+        // SAFETY: the entry belongs to this thread, which is running here.
+        let call = unsafe { &mut *call };
+        call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+        call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+        call.uid = bpf_get_current_uid_gid() as u32;
+        call.major = dev.major;
+        call.minor = dev.minor;
+        call.access = access;
+        call.dev_type = dev_type;
+        call.bpf_retval = bpf_retval;
+        call.seen = 1;
+        return ALLOW;
+    }
+
+    // Any other way to reach a device (mknod, io_uring, ...): report it now.
+    if bpf_retval == 0 && !report_allowed() {
+        return ALLOW;
+    }
+    let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
+        count_lost_event();
+        return ALLOW;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let event = entry.write(DeviceAccessEvent::zeroed());
+    event.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+    event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    event.pid = (pid_tgid >> 32) as u32;
+    event.tid = pid_tgid as u32;
+    event.uid = bpf_get_current_uid_gid() as u32;
+    event.major = dev.major;
+    event.minor = dev.minor;
+    event.access = access;
+    event.dev_type = dev_type;
+    event.bpf_retval = bpf_retval;
+    event.flags = FLAG_SEEN_BY_OBSERVER;
+    if let Ok(comm) = bpf_get_current_comm() {
+        event.comm = comm;
+    }
+    entry.submit(0);
+    ALLOW
+}
+
+#[inline(always)]
+fn is_watched(dev_type: u16, major: u32) -> bool {
+    if watch_all_devices() {
+        return true;
+    }
+    // SAFETY: the value is a u8 flag, read at once.
+    dev_type == DEV_TYPE_CHAR && unsafe { WATCHED_MAJORS.get(major).is_some() }
+}

@@ -1,0 +1,127 @@
+//! The open-family syscall tracepoints: the path asked for and the errno.
+//!
+//! Entry stashes the path pointer by thread; exit emits an event only when
+//! the observer marked the call as a watched device access.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user_str_bytes},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use gpu_trace_common::{
+    DeviceAccessEvent, OpenInFlight, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER,
+    PATH_LEN, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+};
+
+use crate::maps::{count_lost_event, report_allowed, EVENTS, IN_FLIGHT};
+
+/// Offsets in the syscalls:sys_enter_* / sys_exit_* records
+/// (events/syscalls/*/format): arguments start at 16, each 8 bytes wide.
+const FIRST_ARG: usize = 16;
+const SECOND_ARG: usize = 24;
+const RET: usize = 16;
+/// -EPERM: the errno a device policy gives.
+const EPERM: i32 = -1;
+
+#[tracepoint]
+pub fn enter_openat(ctx: TracePointContext) -> u32 {
+    stash_call(&ctx, SECOND_ARG, SYSCALL_OPENAT)
+}
+
+#[tracepoint]
+pub fn enter_openat2(ctx: TracePointContext) -> u32 {
+    stash_call(&ctx, SECOND_ARG, SYSCALL_OPENAT2)
+}
+
+#[tracepoint]
+pub fn enter_open(ctx: TracePointContext) -> u32 {
+    stash_call(&ctx, FIRST_ARG, SYSCALL_OPEN)
+}
+
+#[tracepoint]
+pub fn exit_openat(ctx: TracePointContext) -> u32 {
+    finish_call(&ctx)
+}
+
+#[tracepoint]
+pub fn exit_openat2(ctx: TracePointContext) -> u32 {
+    finish_call(&ctx)
+}
+
+#[tracepoint]
+pub fn exit_open(ctx: TracePointContext) -> u32 {
+    finish_call(&ctx)
+}
+
+fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
+    // SAFETY: the offset comes from the tracepoint's format.
+    let Ok(path_ptr) = (unsafe { ctx.read_at::<u64>(path_arg) }) else {
+        return 0;
+    };
+    let call = OpenInFlight {
+        path_ptr,
+        boot_ns: 0,
+        cgroup_id: 0,
+        uid: 0,
+        major: 0,
+        minor: 0,
+        access: 0,
+        dev_type: 0,
+        bpf_retval: 0,
+        syscall,
+        seen: 0,
+    };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // A full table only evicts the oldest entry (LRU); nothing to count here.
+    let _ = IN_FLIGHT.insert(tid, call, 0);
+    0
+}
+
+fn finish_call(ctx: &TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Some(call) = IN_FLIGHT.get_ptr(tid) else {
+        return 0;
+    };
+    // SAFETY: this thread's own entry; copied out before it is removed.
+    let call = unsafe { *call };
+    let _ = IN_FLIGHT.remove(tid);
+    if call.seen == 0 {
+        return 0;
+    }
+    // SAFETY: the offset comes from the tracepoint's format.
+    let ret = unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0) as i32;
+    // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
+    let denied = call.bpf_retval != 0 || ret == EPERM;
+    if !denied && !report_allowed() {
+        return 0;
+    }
+    let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
+        count_lost_event();
+        return 0;
+    };
+    let event = entry.write(DeviceAccessEvent::zeroed());
+    event.boot_ns = call.boot_ns;
+    event.cgroup_id = call.cgroup_id;
+    event.pid = (pid_tgid >> 32) as u32;
+    event.tid = tid;
+    event.uid = call.uid;
+    event.major = call.major;
+    event.minor = call.minor;
+    event.access = call.access;
+    event.dev_type = call.dev_type;
+    event.bpf_retval = call.bpf_retval;
+    event.syscall_ret = ret;
+    event.syscall = call.syscall;
+    event.flags = FLAG_SEEN_BY_OBSERVER | FLAG_HAS_SYSCALL;
+    if let Ok(comm) = bpf_get_current_comm() {
+        event.comm = comm;
+    }
+    // SAFETY: a user pointer read with the fault-tolerant helper.
+    match unsafe { bpf_probe_read_user_str_bytes(call.path_ptr as *const u8, &mut event.path) } {
+        Ok(path) if path.len() + 1 >= PATH_LEN => event.flags |= FLAG_PATH_TRUNCATED,
+        _ => {}
+    }
+    entry.submit(0);
+    0
+}

@@ -1,0 +1,180 @@
+//! The cgroup2 hierarchy: where it is mounted, and cgroup id -> path.
+//!
+//! A cgroup id as BPF reports it is the inode number of the cgroup's
+//! directory in the cgroup2 mount, also on hybrid v1/v2 hosts.
+
+use std::{
+    collections::HashMap,
+    fs, io,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+/// Finds the cgroup2 mount point in the text of /proc/self/mountinfo:
+/// /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
+pub fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS"
+        let (before, after) = line.split_once(" - ")?;
+        let fstype = after.split_whitespace().next()?;
+        if fstype != "cgroup2" {
+            return None;
+        }
+        let mount_point = before.split_whitespace().nth(4)?;
+        Some(PathBuf::from(unescape_mountinfo(mount_point)))
+    })
+}
+
+/// The cgroup2 mount point of this process's mount namespace.
+pub fn cgroup2_mount() -> io::Result<Option<PathBuf>> {
+    Ok(cgroup2_mount_in(&fs::read_to_string(
+        "/proc/self/mountinfo",
+    )?))
+}
+
+/// mountinfo writes space, tab, newline and backslash as octal escapes.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 4 <= bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value = bytes[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+            out.push(value as u8);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Resolves cgroup ids to paths relative to the cgroup2 mount ("/lxc/200").
+/// The cache is rebuilt on a miss, since containers come and go, but not more
+/// often than `MIN_RESCAN_INTERVAL` so a burst of events from a vanished
+/// cgroup does not turn into a burst of tree walks.
+pub struct CgroupPaths {
+    mount: PathBuf,
+    by_id: HashMap<u64, PathBuf>,
+    last_scan: Option<Instant>,
+}
+
+const MIN_RESCAN_INTERVAL: Duration = Duration::from_millis(50);
+
+impl CgroupPaths {
+    pub fn new(mount: impl Into<PathBuf>) -> Self {
+        Self {
+            mount: mount.into(),
+            by_id: HashMap::new(),
+            last_scan: None,
+        }
+    }
+
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
+    /// The path of cgroup `id`, relative to the mount and starting with '/'.
+    pub fn resolve(&mut self, id: u64) -> Option<&Path> {
+        let fresh_enough = self
+            .last_scan
+            .is_some_and(|at| at.elapsed() < MIN_RESCAN_INTERVAL);
+        if !self.by_id.contains_key(&id) && !fresh_enough {
+            self.rescan();
+        }
+        self.by_id.get(&id).map(PathBuf::as_path)
+    }
+
+    /// Walks the whole hierarchy; directories that vanish mid-walk are skipped.
+    fn rescan(&mut self) {
+        self.last_scan = Some(Instant::now());
+        let mut pending = vec![self.mount.clone()];
+        while let Some(dir) = pending.pop() {
+            let Ok(meta) = fs::metadata(&dir) else {
+                continue;
+            };
+            let relative = Path::new("/").join(dir.strip_prefix(&self.mount).unwrap_or(&dir));
+            self.by_id.insert(meta.ino(), relative);
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            pending.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate
+33 31 0:30 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices
+";
+
+    #[test]
+    fn finds_cgroup2_on_hybrid_layout() {
+        assert_eq!(
+            cgroup2_mount_in(HYBRID),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+    }
+
+    #[test]
+    fn finds_cgroup2_on_pure_v2_layout() {
+        let text = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount_in(text),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+    }
+
+    #[test]
+    fn no_cgroup2_mount_is_none() {
+        let text = "33 31 0:30 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n";
+        assert_eq!(cgroup2_mount_in(text), None);
+    }
+
+    #[test]
+    fn unescapes_spaces_in_mount_points() {
+        let text = "40 1 0:40 / /mnt/my\\040cgroups rw - cgroup2 none rw\n";
+        assert_eq!(
+            cgroup2_mount_in(text),
+            Some(PathBuf::from("/mnt/my cgroups"))
+        );
+    }
+
+    #[test]
+    fn resolves_ids_on_a_fake_tree_and_refreshes_on_a_miss() {
+        let root = tempfile::tempdir().expect("temp dir");
+        fs::create_dir_all(root.path().join("lxc/200")).expect("make tree");
+        let ino = |p: &str| fs::metadata(root.path().join(p)).expect("stat").ino();
+        let mut paths = CgroupPaths::new(root.path());
+        assert_eq!(paths.resolve(ino("lxc/200")), Some(Path::new("/lxc/200")));
+        assert_eq!(paths.resolve(ino("")), Some(Path::new("/")));
+
+        // A cgroup made after the first walk is found on its first miss.
+        fs::create_dir_all(root.path().join("system.slice/docker-abc.scope")).expect("make");
+        std::thread::sleep(MIN_RESCAN_INTERVAL);
+        let id = ino("system.slice/docker-abc.scope");
+        assert_eq!(
+            paths.resolve(id),
+            Some(Path::new("/system.slice/docker-abc.scope"))
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! The command line.
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::output::Format;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu-trace",
+    version,
+    about = "Shows denied GPU device accesses live: which device policy refused which device for which cgroup",
+    after_help = "Exit status: 0 ok, 1 failure (selftest FAIL, runtime error), 2 usage error, \
+3 not root, 4 no cgroup2 mount, 5 kernel older than 5.18, 6 a required hook refused by the kernel."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stream every denied access to a watched device, host-wide, until Ctrl-C.
+    #[command(after_help = "EXAMPLES:
+    gpu-trace watch                      denied NVIDIA device accesses, one line each
+    gpu-trace watch --format json        the same as JSON lines
+    gpu-trace watch --all                allowed accesses too: who opens the GPUs
+    gpu-trace watch --major 511 -x       also major 511; -x: every device")]
+    Watch(WatchArgs),
+    /// Reproduce the nvidia-uvm incident in a scratch cgroup and show the tracer catching it.
+    #[command(
+        after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1)."
+    )]
+    Selftest,
+    /// Internal: the child process selftest and the tests run inside a cgroup.
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        /// open:r|w|rw:PATH or mknod:MAJOR:MINOR:PATH
+        ops: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Also show allowed accesses to watched devices.
+    #[arg(short, long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub devices: DeviceSelection,
+}
+
+/// Which devices to watch; shared by the commands that trace.
+#[derive(Debug, Args, Clone, Default)]
+pub struct DeviceSelection {
+    /// Also watch this char major (repeatable). NVIDIA's are always watched.
+    #[arg(short, long = "major", value_name = "N")]
+    pub majors: Vec<u32>,
+    /// Watch every device, not only NVIDIA's and --major ones.
+    #[arg(short = 'x', long)]
+    pub all_devices: bool,
+}

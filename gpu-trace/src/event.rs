@@ -1,0 +1,220 @@
+//! Kernel records decoded into typed device accesses.
+
+use std::time::{Duration, SystemTime};
+
+use gpu_trace_common::{
+    DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_HAS_SYSCALL,
+    FLAG_PATH_TRUNCATED, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+};
+
+/// What decided an access, as far as gpu-trace can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// A cgroup BPF device policy returned deny (seen with bpf_get_retval).
+    DeniedByBpfPolicy,
+    /// The BPF policies allowed it, yet the open failed with EPERM: a check
+    /// after them refused it (cgroup v1 devices.list, or an LSM).
+    DeniedAfterBpf,
+}
+
+impl Verdict {
+    pub fn is_denied(self) -> bool {
+        self != Verdict::Allowed
+    }
+
+    /// Stable name used in JSON output.
+    pub fn source(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "none",
+            Verdict::DeniedByBpfPolicy => "cgroup-bpf",
+            Verdict::DeniedAfterBpf => "not-bpf",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::DeniedByBpfPolicy => "by cgroup BPF device policy",
+            Verdict::DeniedAfterBpf => "not by BPF policy: cgroup v1 devices.list or other",
+        }
+    }
+}
+
+/// The result of the open call that carried the access.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCall {
+    pub syscall: &'static str,
+    pub path: Vec<u8>,
+    pub path_truncated: bool,
+    /// File descriptor, or negative errno.
+    pub ret: i32,
+}
+
+impl OpenCall {
+    pub fn errno(&self) -> Option<i32> {
+        (self.ret < 0).then_some(-self.ret)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAccess {
+    pub boot_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub comm: Vec<u8>,
+    pub cgroup_id: u64,
+    pub block_device: bool,
+    pub major: u32,
+    pub minor: u32,
+    /// `ACCESS_*` bits.
+    pub access: u16,
+    pub verdict: Verdict,
+    /// The combined verdict of the BPF policies: 0 or a negative errno.
+    pub bpf_retval: i32,
+    /// None when the access came from outside a traced open call (mknod, ...).
+    pub open: Option<OpenCall>,
+}
+
+const EPERM: i32 = libc::EPERM;
+
+impl DeviceAccess {
+    pub fn decode(raw: &DeviceAccessEvent) -> Self {
+        let open = (raw.flags & FLAG_HAS_SYSCALL != 0).then(|| OpenCall {
+            syscall: match raw.syscall {
+                SYSCALL_OPENAT => "openat",
+                SYSCALL_OPENAT2 => "openat2",
+                SYSCALL_OPEN => "open",
+                _ => "unknown",
+            },
+            path: until_nul(&raw.path).to_vec(),
+            path_truncated: raw.flags & FLAG_PATH_TRUNCATED != 0,
+            ret: raw.syscall_ret,
+        });
+        let verdict = if raw.bpf_retval != 0 {
+            Verdict::DeniedByBpfPolicy
+        } else if open.as_ref().is_some_and(|o| o.ret == -EPERM) {
+            Verdict::DeniedAfterBpf
+        } else {
+            Verdict::Allowed
+        };
+        Self {
+            boot_ns: raw.boot_ns,
+            pid: raw.pid,
+            tid: raw.tid,
+            uid: raw.uid,
+            comm: until_nul(&raw.comm).to_vec(),
+            cgroup_id: raw.cgroup_id,
+            block_device: raw.dev_type == DEV_TYPE_BLOCK,
+            major: raw.major,
+            minor: raw.minor,
+            access: raw.access,
+            verdict,
+            bpf_retval: raw.bpf_retval,
+            open,
+        }
+    }
+
+    /// "rw", "m", ... in the order of cgroup device rules.
+    pub fn access_letters(&self) -> String {
+        [(ACCESS_READ, 'r'), (ACCESS_WRITE, 'w'), (ACCESS_MKNOD, 'm')]
+            .iter()
+            .filter(|(bit, _)| self.access & bit != 0)
+            .map(|(_, letter)| *letter)
+            .collect()
+    }
+
+    pub fn type_letter(&self) -> char {
+        if self.block_device {
+            'b'
+        } else {
+            'c'
+        }
+    }
+}
+
+fn until_nul(bytes: &[u8]) -> &[u8] {
+    bytes.split(|&b| b == 0).next().unwrap_or_default()
+}
+
+/// Turns the kernel's boot-time clock into wall-clock time.
+#[derive(Debug, Clone, Copy)]
+pub struct BootClock {
+    boot_epoch: SystemTime,
+}
+
+impl BootClock {
+    pub fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid pointer to a timespec; CLOCK_BOOTTIME always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        let since_boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        Self {
+            boot_epoch: SystemTime::now() - since_boot,
+        }
+    }
+
+    pub fn wall_time(&self, boot_ns: u64) -> SystemTime {
+        self.boot_epoch + Duration::from_nanos(boot_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_trace_common::{DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER};
+
+    fn raw(bpf_retval: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
+        let mut e = DeviceAccessEvent::zeroed();
+        e.pid = 42;
+        e.tid = 43;
+        e.major = 511;
+        e.access = ACCESS_READ | ACCESS_WRITE;
+        e.dev_type = DEV_TYPE_CHAR;
+        e.bpf_retval = bpf_retval;
+        e.syscall_ret = ret;
+        e.syscall = SYSCALL_OPENAT;
+        e.flags = FLAG_SEEN_BY_OBSERVER | if with_syscall { FLAG_HAS_SYSCALL } else { 0 };
+        e.comm[..7].copy_from_slice(b"python3");
+        e.path[..15].copy_from_slice(b"/dev/nvidia-uvm");
+        e
+    }
+
+    #[test]
+    fn bpf_denial_is_attributed_to_the_bpf_policy() {
+        let access = DeviceAccess::decode(&raw(-1, -1, true));
+        assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
+        assert_eq!(access.comm, b"python3");
+        assert_eq!(access.access_letters(), "rw");
+        assert_eq!(access.type_letter(), 'c');
+        let open = access.open.expect("open call");
+        assert_eq!(open.path, b"/dev/nvidia-uvm");
+        assert_eq!((open.syscall, open.errno()), ("openat", Some(libc::EPERM)));
+    }
+
+    #[test]
+    fn eperm_after_bpf_allowed_is_not_blamed_on_bpf() {
+        assert_eq!(
+            DeviceAccess::decode(&raw(0, -1, true)).verdict,
+            Verdict::DeniedAfterBpf
+        );
+    }
+
+    #[test]
+    fn enxio_after_allow_is_allowed() {
+        let access = DeviceAccess::decode(&raw(0, -libc::ENXIO, true));
+        assert_eq!(access.verdict, Verdict::Allowed);
+        assert_eq!(access.open.and_then(|o| o.errno()), Some(libc::ENXIO));
+    }
+
+    #[test]
+    fn access_outside_open_has_no_call() {
+        let access = DeviceAccess::decode(&raw(-1, 0, false));
+        assert_eq!(access.open, None);
+        assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
+    }
+}

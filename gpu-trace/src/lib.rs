@@ -1,0 +1,19 @@
+//! gpu-trace: shows denied GPU device accesses live, with the cgroup, the
+//! process, the device and the policy that refused it.
+//!
+//! Data flows one way: kernel event (`tracer`) -> typed event (`event`) ->
+//! record with names (`enrich`) -> sinks (`output`). `commands` wires the
+//! pieces per subcommand; `scenario` rebuilds the incident for selftest and
+//! the kernel tests.
+
+pub mod cgroup;
+pub mod cli;
+pub mod commands;
+pub mod devices;
+pub mod enrich;
+pub mod event;
+pub mod output;
+pub mod preflight;
+pub mod scenario;
+pub mod tracefs;
+pub mod tracer;

@@ -1,0 +1,81 @@
+//! What the host must offer before anything is loaded, and the errors a
+//! user gets (each with its own exit status) when it does not.
+
+use std::path::PathBuf;
+
+use aya::util::KernelVersion;
+
+use crate::cgroup;
+
+/// Exit statuses, documented in README.md. 1 is a runtime failure
+/// (selftest FAIL, an I/O error); 2 is a usage error (clap's own).
+#[derive(Debug, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "gpu-trace must run as root: it loads eBPF programs and attaches them to the cgroup2 root (try: sudo gpu-trace ...)"
+    )]
+    NotRoot,
+    #[error(
+        "no cgroup2 filesystem is mounted (none in /proc/self/mountinfo): device policies live on cgroup2; mount it, e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`"
+    )]
+    NoCgroup2,
+    #[error(
+        "kernel {found} is older than 5.18, the first that lets a device-hook program read the verdict of the policies before it (bpf_get_retval), so gpu-trace cannot attribute denials here; what still works on this kernel: `strace -f -e trace=openat CMD` shows the EPERM, and `bpftool cgroup tree` lists the device policies"
+    )]
+    KernelTooOld { found: String },
+    #[error("the kernel refused the {hook}: {reason}")]
+    HookRefused { hook: String, reason: String },
+}
+
+impl Unsupported {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Unsupported::NotRoot => 3,
+            Unsupported::NoCgroup2 => 4,
+            Unsupported::KernelTooOld { .. } => 5,
+            Unsupported::HookRefused { .. } => 6,
+        }
+    }
+}
+
+/// The first kernel whose cgroup_device programs may call bpf_get_retval().
+pub const VERDICT_HELPER_KERNEL: (u8, u8) = (5, 18);
+
+/// What the tracer needs to know about the host.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub cgroup2_mount: PathBuf,
+    pub kernel: String,
+}
+
+/// Checks root, cgroup2 and the kernel version, in the order a user would
+/// fix them.
+pub fn check_host() -> anyhow::Result<Host> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(Unsupported::NotRoot.into());
+    }
+    let cgroup2_mount = cgroup::cgroup2_mount()
+        .map_err(|e| anyhow::anyhow!("reading /proc/self/mountinfo: {e}"))?
+        .ok_or(Unsupported::NoCgroup2)?;
+    let kernel =
+        KernelVersion::current().map_err(|e| anyhow::anyhow!("reading the kernel version: {e}"))?;
+    let (major, minor) = VERDICT_HELPER_KERNEL;
+    if kernel < KernelVersion::new(major, minor, 0) {
+        return Err(Unsupported::KernelTooOld {
+            found: kernel.to_string(),
+        }
+        .into());
+    }
+    Ok(Host {
+        cgroup2_mount,
+        kernel: kernel.to_string(),
+    })
+}
+
+/// Exit status for an error that ends the program.
+pub fn exit_code_for(error: &anyhow::Error) -> u8 {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<Unsupported>())
+        .map_or(1, Unsupported::exit_code)
+}

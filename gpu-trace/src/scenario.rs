@@ -1,0 +1,445 @@
+//! The incident, rebuilt from scratch on any machine: a scratch cgroup, a
+//! device policy attached to it, device nodes made with mknod, and a child
+//! process inside the cgroup that opens them. Used by `selftest` and by the
+//! kernel tests. Every piece removes itself on drop.
+
+use std::{
+    fs::{self, File},
+    io::Write,
+    os::{fd::AsRawFd, unix::process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use aya::{
+    maps::HashMap,
+    programs::{CgroupAttachMode, CgroupDevice},
+    Ebpf,
+};
+use gpu_trace_common::{map, program};
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+
+/// The stand-in policy object, built from gpu-trace-ebpf by build.rs.
+static POLICY_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-policy"));
+
+/// A cgroup made for one run and removed after it.
+pub struct ScratchCgroup {
+    path: PathBuf,
+    relative: PathBuf,
+}
+
+impl ScratchCgroup {
+    /// Makes `<cgroup2 mount>/<name>`; the name should be unique (add a pid).
+    pub fn create(cgroup2_mount: &Path, name: &str) -> anyhow::Result<Self> {
+        let path = cgroup2_mount.join(name);
+        fs::create_dir(&path)
+            .with_context(|| format!("creating scratch cgroup {}", path.display()))?;
+        Ok(Self {
+            path,
+            relative: Path::new("/").join(name),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path as gpu-trace reports it: relative to the cgroup2 mount.
+    pub fn relative_path(&self) -> &Path {
+        &self.relative
+    }
+
+    pub fn open(&self) -> anyhow::Result<File> {
+        File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))
+    }
+}
+
+impl Drop for ScratchCgroup {
+    fn drop(&mut self) {
+        // Leftover processes (a test that panicked mid-way) would keep the
+        // directory busy: kill them first (cgroup.kill, kernel >= 5.14).
+        let _ = fs::write(self.path.join("cgroup.kill"), "1");
+        for _ in 0..50 {
+            if fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!(
+            "gpu-trace: could not remove scratch cgroup {}",
+            self.path.display()
+        );
+    }
+}
+
+/// A device policy like the ones container runtimes attach: denies the
+/// given access bits for the given char majors, allows everything else.
+pub struct ScratchPolicy {
+    // Owns the program and its link; dropping it detaches the policy.
+    ebpf: Ebpf,
+}
+
+impl ScratchPolicy {
+    /// `rules`: (char major, `ACCESS_*` bits denied).
+    pub fn attach(cgroup: &ScratchCgroup, rules: &[(u32, u16)]) -> anyhow::Result<Self> {
+        let mut ebpf = Ebpf::load(POLICY_OBJECT).context("loading the scratch policy object")?;
+        let mut deny: HashMap<_, u32, u32> = HashMap::try_from(
+            ebpf.map_mut(map::DENY_RULES)
+                .context("DENY_RULES missing from the policy object")?,
+        )?;
+        for &(major, access) in rules {
+            deny.insert(major, u32::from(access), 0)?;
+        }
+        let policy: &mut CgroupDevice = ebpf
+            .program_mut(program::SCRATCH_POLICY)
+            .context("scratch_policy missing from the policy object")?
+            .try_into()?;
+        policy.load().context("loading the scratch device policy")?;
+        policy
+            .attach(cgroup.open()?, CgroupAttachMode::Single)
+            .with_context(|| {
+                format!(
+                    "attaching the scratch policy to {}",
+                    cgroup.path().display()
+                )
+            })?;
+        Ok(Self { ebpf })
+    }
+
+    /// The kernel's id for the policy program, as `bpftool prog` shows it.
+    pub fn program_id(&self) -> Option<u32> {
+        let policy: &CgroupDevice = self
+            .ebpf
+            .program(program::SCRATCH_POLICY)?
+            .try_into()
+            .ok()?;
+        policy.info().ok().map(|info| info.id())
+    }
+}
+
+/// Device nodes made with mknod in a temporary directory on a filesystem
+/// that honours device nodes (not mounted nodev).
+pub struct DeviceNodes {
+    dir: tempfile::TempDir,
+}
+
+impl DeviceNodes {
+    /// `nodes`: (file name, char major, minor).
+    pub fn create(nodes: &[(&str, u32, u32)]) -> anyhow::Result<Self> {
+        let base = device_capable_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("gpu-trace-nodes-")
+            .tempdir_in(&base)
+            .with_context(|| format!("making a temporary directory in {}", base.display()))?;
+        for &(name, major, minor) in nodes {
+            let path = dir.path().join(name);
+            mknod(
+                &path,
+                SFlag::S_IFCHR,
+                Mode::from_bits_truncate(0o666),
+                makedev(major.into(), minor.into()),
+            )
+            .with_context(|| format!("mknod {} c {major} {minor}", path.display()))?;
+            // mknod applies the umask; make the node as open as NVIDIA's (crw-rw-rw-).
+            nix::sys::stat::fchmodat(
+                None,
+                &path,
+                Mode::from_bits_truncate(0o666),
+                nix::sys::stat::FchmodatFlags::FollowSymlink,
+            )?;
+        }
+        Ok(Self { dir })
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The first of the usual temporary places whose mount lets device nodes work.
+fn device_capable_dir() -> anyhow::Result<PathBuf> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+    let candidates = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(["/tmp", "/var/tmp", "/run", "/dev/shm", "/dev"].map(PathBuf::from));
+    for dir in candidates {
+        let Ok(dir) = dir.canonicalize() else {
+            continue;
+        };
+        if mount_options(&mountinfo, &dir)
+            .is_some_and(|opts| !opts.split(',').any(|o| o == "nodev"))
+        {
+            return Ok(dir);
+        }
+    }
+    bail!("no temporary directory on a filesystem without nodev (tried $TMPDIR, /tmp, /var/tmp, /run, /dev/shm, /dev)")
+}
+
+/// Per-mount options of the mount that holds `path` (the longest mount point
+/// that is a prefix of it).
+fn mount_options<'a>(mountinfo: &'a str, path: &Path) -> Option<&'a str> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let mount_point = fields.nth(4)?;
+            let options = fields.next()?;
+            path.starts_with(mount_point)
+                .then_some((mount_point.len(), options))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, options)| options)
+}
+
+/// One thing the probe child does to a device node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOp {
+    /// open(2) with O_RDONLY ("r"), O_WRONLY ("w") or O_RDWR ("rw").
+    Open { path: PathBuf, mode: OpenMode },
+    /// mknod(2) of a char node.
+    Mknod {
+        path: PathBuf,
+        major: u32,
+        minor: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl OpenMode {
+    pub fn flag(self) -> nix::fcntl::OFlag {
+        use nix::fcntl::OFlag;
+        match self {
+            OpenMode::Read => OFlag::O_RDONLY,
+            OpenMode::Write => OFlag::O_WRONLY,
+            OpenMode::ReadWrite => OFlag::O_RDWR,
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            OpenMode::Read => "r",
+            OpenMode::Write => "w",
+            OpenMode::ReadWrite => "rw",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "r" => Some(OpenMode::Read),
+            "w" => Some(OpenMode::Write),
+            "rw" => Some(OpenMode::ReadWrite),
+            _ => None,
+        }
+    }
+}
+
+impl ProbeOp {
+    /// The command-line form the probe subcommand takes.
+    pub fn to_arg(&self) -> String {
+        match self {
+            ProbeOp::Open { path, mode } => format!("open:{}:{}", mode.text(), path.display()),
+            ProbeOp::Mknod { path, major, minor } => {
+                format!("mknod:{major}:{minor}:{}", path.display())
+            }
+        }
+    }
+
+    pub fn parse_arg(arg: &str) -> anyhow::Result<Self> {
+        let bad = || anyhow::anyhow!("bad probe operation {arg:?}");
+        let (kind, rest) = arg.split_once(':').ok_or_else(bad)?;
+        Ok(match kind {
+            "open" => {
+                let (mode, path) = rest.split_once(':').ok_or_else(bad)?;
+                ProbeOp::Open {
+                    path: path.into(),
+                    mode: OpenMode::parse(mode).ok_or_else(bad)?,
+                }
+            }
+            "mknod" => {
+                let mut parts = rest.splitn(3, ':');
+                let mut number = || parts.next().and_then(|n| n.parse().ok()).ok_or_else(bad);
+                let (major, minor) = (number()?, number()?);
+                let path = parts.next().ok_or_else(bad)?.into();
+                ProbeOp::Mknod { path, major, minor }
+            }
+            _ => return Err(bad()),
+        })
+    }
+
+    /// Does it, returning 0 or the errno.
+    pub fn perform(&self) -> i32 {
+        let result = match self {
+            ProbeOp::Open { path, mode } => nix::fcntl::open(
+                path,
+                mode.flag() | nix::fcntl::OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map(|fd| {
+                let _ = nix::unistd::close(fd);
+            }),
+            ProbeOp::Mknod { path, major, minor } => {
+                let made = mknod(
+                    path,
+                    SFlag::S_IFCHR,
+                    Mode::from_bits_truncate(0o600),
+                    makedev((*major).into(), (*minor).into()),
+                );
+                if made.is_ok() {
+                    let _ = fs::remove_file(path);
+                }
+                made
+            }
+        };
+        match result {
+            Ok(()) => 0,
+            Err(errno) => errno as i32,
+        }
+    }
+}
+
+/// What a probe child did: its pid and, per operation, 0 or the errno.
+#[derive(Debug, Clone)]
+pub struct ProbeOutcome {
+    pub pid: u32,
+    pub results: Vec<i32>,
+}
+
+/// The command name the probe child gives itself, so events from it are
+/// easy to tell apart.
+pub const PROBE_COMM: &str = "gpu-trace-probe";
+
+/// Runs `gpu_trace_bin probe OPS...` as a child, placed into `cgroup` before
+/// it executes (so every access it makes is under that cgroup's policy).
+pub fn run_probe(
+    gpu_trace_bin: &Path,
+    cgroup: Option<&ScratchCgroup>,
+    ops: &[ProbeOp],
+) -> anyhow::Result<ProbeOutcome> {
+    let mut command = Command::new(gpu_trace_bin);
+    command
+        .arg("__probe")
+        .args(ops.iter().map(ProbeOp::to_arg))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let procs = cgroup
+        .map(|c| {
+            File::options()
+                .write(true)
+                .open(c.path().join("cgroup.procs"))
+        })
+        .transpose()?;
+    if let Some(procs) = &procs {
+        let fd = procs.as_raw_fd();
+        // SAFETY: only async-signal-safe calls (write) between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = command
+        .spawn()
+        .with_context(|| format!("starting {}", gpu_trace_bin.display()))?;
+    let pid = child.id();
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!("probe child {pid} failed: {}", output.status);
+    }
+    let results = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| line.trim().parse::<i32>())
+        .collect::<Result<Vec<_>, _>>()
+        .context("reading the probe child's results")?;
+    if results.len() != ops.len() {
+        bail!(
+            "probe child {pid} reported {} results for {} operations",
+            results.len(),
+            ops.len()
+        );
+    }
+    Ok(ProbeOutcome { pid, results })
+}
+
+/// The probe subcommand's body: name itself, do each operation, print one
+/// result per line.
+pub fn probe_main(args: &[String]) -> anyhow::Result<()> {
+    let ops = args
+        .iter()
+        .map(|a| ProbeOp::parse_arg(a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let name = std::ffi::CString::new(PROBE_COMM).expect("no NUL");
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of up to 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    let mut out = std::io::stdout().lock();
+    for op in &ops {
+        writeln!(out, "{}", op.perform())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_ops_round_trip_through_arguments() {
+        for op in [
+            ProbeOp::Open {
+                path: "/tmp/x:y/nvidia-uvm".into(),
+                mode: OpenMode::ReadWrite,
+            },
+            ProbeOp::Open {
+                path: "/dev/null".into(),
+                mode: OpenMode::Read,
+            },
+            ProbeOp::Mknod {
+                path: "/tmp/a:b".into(),
+                major: 511,
+                minor: 3,
+            },
+        ] {
+            assert_eq!(ProbeOp::parse_arg(&op.to_arg()).expect("parses"), op);
+        }
+        assert!(ProbeOp::parse_arg("open:x:/dev/null").is_err());
+        assert!(ProbeOp::parse_arg("mknod:1:/p").is_err());
+    }
+
+    #[test]
+    fn mount_options_pick_the_longest_matching_mount() {
+        let mountinfo = "\
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+25 24 0:23 / /dev/shm rw,nosuid,nodev - tmpfs tmpfs rw
+24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw
+";
+        assert_eq!(
+            mount_options(mountinfo, Path::new("/tmp")),
+            Some("rw,relatime")
+        );
+        assert_eq!(
+            mount_options(mountinfo, Path::new("/dev/shm/x")),
+            Some("rw,nosuid,nodev")
+        );
+        assert_eq!(
+            mount_options(mountinfo, Path::new("/dev/null")),
+            Some("rw,relatime")
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! Loads the kernel programs, attaches them, and reads their events.
+//!
+//! Every attachment is a link owned by a file descriptor of this process, so
+//! the kernel detaches everything when the process ends, even on SIGKILL.
+
+use std::{
+    fs::File,
+    os::fd::{AsRawFd, RawFd},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{CgroupAttachMode, CgroupDevice, TracePoint},
+    Ebpf, EbpfLoader,
+};
+use gpu_trace_common::{global, map, program, DeviceAccessEvent};
+
+use crate::{event::DeviceAccess, preflight::Unsupported};
+
+/// The tracer object, built from gpu-trace-ebpf by build.rs.
+static TRACER_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-tracer"));
+
+/// Which device accesses to report.
+#[derive(Debug, Clone, Default)]
+pub struct TracerConfig {
+    /// Char majors to watch (ignored with `all_devices`).
+    pub majors: Vec<u32>,
+    pub all_devices: bool,
+    /// Report allowed accesses too, not only denied ones.
+    pub report_allowed: bool,
+}
+
+/// One open-family syscall: its tracepoints and the programs for them.
+struct OpenSyscall {
+    name: &'static str,
+    enter: &'static str,
+    exit: &'static str,
+}
+
+const OPEN_SYSCALLS: [OpenSyscall; 3] = [
+    OpenSyscall {
+        name: "openat",
+        enter: program::ENTER_OPENAT,
+        exit: program::EXIT_OPENAT,
+    },
+    OpenSyscall {
+        name: "openat2",
+        enter: program::ENTER_OPENAT2,
+        exit: program::EXIT_OPENAT2,
+    },
+    OpenSyscall {
+        name: "open",
+        enter: program::ENTER_OPEN,
+        exit: program::EXIT_OPEN,
+    },
+];
+
+/// A hook and whether it is in place.
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub name: String,
+    /// None when attached; otherwise why not, and what stands in for it.
+    pub refused: Option<String>,
+}
+
+pub struct Tracer {
+    // Holds the programs and their links; dropping it detaches everything.
+    _ebpf: Ebpf,
+    events: RingBuf<MapData>,
+    watched_majors: HashMap<MapData, u32, u8>,
+    lost_events: PerCpuArray<MapData, u64>,
+    hooks: Vec<Hook>,
+    notes: Vec<String>,
+    cgroup2_mount: PathBuf,
+}
+
+impl Tracer {
+    /// Loads and attaches: tracepoints first, so that the observer, once in
+    /// place, always finds the open call it belongs to.
+    pub fn start(cgroup2_mount: &Path, config: &TracerConfig) -> anyhow::Result<Self> {
+        let tracefs_note = crate::tracefs::ensure_mounted()?;
+        let all_devices = u8::from(config.all_devices);
+        let report_allowed = u8::from(config.report_allowed);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(global::WATCH_ALL_DEVICES, &all_devices, true)
+            .override_global(global::REPORT_ALLOWED, &report_allowed, true)
+            .load(TRACER_OBJECT)
+            .context("loading gpu-trace's eBPF object")?;
+
+        let mut watched_majors: HashMap<MapData, u32, u8> =
+            HashMap::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?;
+        for &major in &config.majors {
+            watched_majors
+                .insert(major, 1, 0)
+                .with_context(|| format!("adding major {major} to the watch list"))?;
+        }
+
+        let mut hooks = Vec::new();
+        for syscall in &OPEN_SYSCALLS {
+            let refused = attach_open_syscall(&mut ebpf, syscall).err().map(|e| {
+                format!(
+                    "{e:#}; {} calls reach the observer without their path and errno",
+                    syscall.name
+                )
+            });
+            hooks.push(Hook {
+                name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
+                refused,
+            });
+        }
+        attach_observer(&mut ebpf, cgroup2_mount)?;
+        hooks.push(Hook {
+            name: format!("cgroup_device observer at {}", cgroup2_mount.display()),
+            refused: None,
+        });
+
+        let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
+        let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
+        Ok(Self {
+            _ebpf: ebpf,
+            events,
+            watched_majors,
+            lost_events,
+            hooks,
+            notes: tracefs_note.into_iter().collect(),
+            cgroup2_mount: cgroup2_mount.to_path_buf(),
+        })
+    }
+
+    pub fn hooks(&self) -> &[Hook] {
+        &self.hooks
+    }
+
+    /// Things done to the host on the way (e.g. mounting tracefs), to tell the user once.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    pub fn cgroup2_mount(&self) -> &Path {
+        &self.cgroup2_mount
+    }
+
+    /// Adds majors to the kernel-side filter (already present ones are kept).
+    pub fn watch_majors(&mut self, majors: &[u32]) -> anyhow::Result<()> {
+        for &major in majors {
+            self.watched_majors
+                .insert(major, 1, 0)
+                .with_context(|| format!("adding major {major} to the watch list"))?;
+        }
+        Ok(())
+    }
+
+    pub fn watched_majors(&self) -> Vec<u32> {
+        let mut majors: Vec<u32> = self.watched_majors.keys().flatten().collect();
+        majors.sort_unstable();
+        majors
+    }
+
+    /// The ring buffer's descriptor, to wait on for readiness.
+    pub fn events_fd(&self) -> RawFd {
+        self.events.as_raw_fd()
+    }
+
+    /// Hands every event waiting in the ring buffer to `each`; returns how many.
+    pub fn drain(&mut self, mut each: impl FnMut(DeviceAccess)) -> usize {
+        let mut count = 0;
+        while let Some(item) = self.events.next() {
+            if item.len() < size_of::<DeviceAccessEvent>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote a whole DeviceAccessEvent here; the
+            // read copes with any alignment.
+            let raw = unsafe { item.as_ptr().cast::<DeviceAccessEvent>().read_unaligned() };
+            each(DeviceAccess::decode(&raw));
+            count += 1;
+        }
+        count
+    }
+
+    /// Events the kernel side could not hand over because the ring buffer was full.
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
+            .get(&0, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0)
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
+    ebpf.take_map(name)
+        .with_context(|| format!("map {name} missing from the eBPF object"))
+}
+
+fn attach_open_syscall(ebpf: &mut Ebpf, syscall: &OpenSyscall) -> anyhow::Result<()> {
+    // Both halves or neither: an entry without its exit would only fill the table.
+    for (program, event) in [
+        (syscall.exit, format!("sys_exit_{}", syscall.name)),
+        (syscall.enter, format!("sys_enter_{}", syscall.name)),
+    ] {
+        let tracepoint: &mut TracePoint = ebpf
+            .program_mut(program)
+            .with_context(|| format!("program {program} missing from the eBPF object"))?
+            .try_into()?;
+        tracepoint
+            .load()
+            .with_context(|| format!("loading {program}"))?;
+        if let Err(e) = tracepoint.attach("syscalls", &event) {
+            if program == syscall.enter {
+                // Detach the exit half again.
+                let exit: &mut TracePoint = ebpf
+                    .program_mut(syscall.exit)
+                    .expect("loaded above")
+                    .try_into()?;
+                let _ = exit.unload();
+            }
+            return Err(e).with_context(|| format!("attaching to syscalls:{event}"));
+        }
+    }
+    Ok(())
+}
+
+fn attach_observer(ebpf: &mut Ebpf, cgroup2_mount: &Path) -> anyhow::Result<()> {
+    let refused = |reason: String| Unsupported::HookRefused {
+        hook: format!("cgroup_device observer ({})", program::OBSERVER),
+        reason,
+    };
+    let observer: &mut CgroupDevice = ebpf
+        .program_mut(program::OBSERVER)
+        .context("observer missing from the eBPF object")?
+        .try_into()?;
+    observer.load().map_err(|e| {
+        refused(format!(
+            "load: {e}; nothing can stand in for it, so gpu-trace stops"
+        ))
+    })?;
+    let root = File::open(cgroup2_mount)
+        .with_context(|| format!("opening the cgroup2 root {}", cgroup2_mount.display()))?;
+    observer
+        .attach(root, CgroupAttachMode::Single)
+        .map_err(|e| refused(format!("attach to {}: {e}", cgroup2_mount.display())))?;
+    Ok(())
+}

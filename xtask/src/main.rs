@@ -1,1 +1,193 @@
-fn main() {}
+//! gpu-trace's developer tasks: install the eBPF toolchain, run the tool,
+//! run the test suite. Each step checks first and does nothing when what it
+//! would install is already there.
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+
+/// Debian packages the eBPF build needs: rustc-web ships a precompiled `core`
+/// for bpfel-unknown-none (libstd-rust-web-dev-bpf); bpf-linker links
+/// against the same LLVM major (22).
+const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+#[derive(Parser)]
+#[command(about = "gpu-trace's build, setup and test driver")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building the eBPF programs needs (idempotent; seconds when present).
+    Setup,
+    /// Set up, build gpu-trace (release) and run it with ARGS, e.g. `cargo xtask run -- selftest`.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then lint and run every test tier: unit tests, kernel tests (root), selftest.
+    Test {
+        /// Skip `cargo fmt --check` and clippy.
+        #[arg(long)]
+        no_lint: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().task {
+        Task::Setup => setup(),
+        Task::Run { args } => setup().and_then(|()| run(&args)),
+        Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn setup() -> anyhow::Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .into_iter()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    if !missing.is_empty() {
+        require_root(&format!("installing {}", missing.join(" ")))?;
+        eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
+        run_checked(Command::new("apt-get").args(["update", "-q"]))?;
+        run_checked(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+    if !bpf_linker_ready() {
+        eprintln!(
+            "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)"
+        );
+        run_checked(
+            Command::new(cargo())
+                .args([
+                    "install",
+                    &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                    "--locked",
+                ])
+                .args(["--no-default-features", "--features", "llvm-22"])
+                .env("LLVM_PREFIX", LLVM_PREFIX),
+        )?;
+    }
+    Ok(())
+}
+
+fn dpkg_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("install ok installed"))
+}
+
+fn bpf_linker_ready() -> bool {
+    Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(BPF_LINKER_VERSION))
+}
+
+fn run(args: &[String]) -> anyhow::Result<()> {
+    run_checked(Command::new(cargo()).args(["build", "--release", "--package", "gpu-trace"]))?;
+    let binary = workspace().join("target/release/gpu-trace");
+    let status = Command::new(&binary)
+        .args(args)
+        .status()
+        .with_context(|| format!("running {}", binary.display()))?;
+    if !status.success() {
+        // gpu-trace has already said why; pass its status on.
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
+}
+
+fn test(lint: bool) -> anyhow::Result<()> {
+    if lint {
+        run_checked(Command::new(cargo()).args(["fmt", "--all", "--", "--check"]))?;
+        run_checked(Command::new(cargo()).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
+    // Unit tests: no privileges needed.
+    run_checked(Command::new(cargo()).args(["test", "--lib", "--bins"]))?;
+    // Kernel tests: real cgroups, policies and device nodes; one at a time.
+    if !is_root() {
+        eprintln!("xtask: not root: the kernel tests will say they skip (run as root to run them)");
+    }
+    run_checked(
+        Command::new(cargo())
+            .args([
+                "test",
+                "--package",
+                "gpu-trace",
+                "--test",
+                "kernel",
+                "--",
+                "--test-threads=1",
+            ])
+            // In CI, a kernel test that skips is a failure.
+            .env(
+                "GPU_TRACE_REQUIRE_KERNEL_TESTS",
+                if env::var_os("CI").is_some() { "1" } else { "" },
+            ),
+    )
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+fn require_root(what: &str) -> anyhow::Result<()> {
+    if !is_root() {
+        bail!("{what} needs root; run `sudo cargo xtask setup` once");
+    }
+    Ok(())
+}
+
+fn run_checked(command: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> String {
+    env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .to_path_buf()
+}

@@ -45,7 +45,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let lost = tracer.lost_events();
     drop(tracer); // detach before the summary, which says so
     eprintln!(
-        "gpu-trace: detached; {} events, {} denied, {} lost",
+        "gpu-trace: detached; events {}, denied {}, lost {}",
         tally.events, tally.denied, lost
     );
     Ok(())

@@ -14,11 +14,26 @@ use std::{
 /// Finds the cgroup2 mount point in the text of /proc/self/mountinfo:
 /// /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
 pub fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    find_mount(mountinfo, |fstype, _| fstype == "cgroup2")
+}
+
+/// Finds where a cgroup v1 controller ("devices") is mounted, if it is.
+pub fn v1_controller_mount_in(mountinfo: &str, controller: &str) -> Option<PathBuf> {
+    find_mount(mountinfo, |fstype, super_options| {
+        fstype == "cgroup" && super_options.split(',').any(|o| o == controller)
+    })
+}
+
+/// The mount point of the first mount whose filesystem type and super
+/// options satisfy `wanted`.
+fn find_mount(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
     mountinfo.lines().find_map(|line| {
         // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS"
         let (before, after) = line.split_once(" - ")?;
-        let fstype = after.split_whitespace().next()?;
-        if fstype != "cgroup2" {
+        let mut after = after.split_whitespace();
+        let fstype = after.next()?;
+        let super_options = after.nth(1).unwrap_or("");
+        if !wanted(fstype, super_options) {
             return None;
         }
         let mount_point = before.split_whitespace().nth(4)?;
@@ -133,6 +148,15 @@ mod tests {
             cgroup2_mount_in(HYBRID),
             Some(PathBuf::from("/sys/fs/cgroup/unified"))
         );
+    }
+
+    #[test]
+    fn finds_the_v1_devices_controller_on_hybrid_layout() {
+        assert_eq!(
+            v1_controller_mount_in(HYBRID, "devices"),
+            Some(PathBuf::from("/sys/fs/cgroup/devices"))
+        );
+        assert_eq!(v1_controller_mount_in(HYBRID, "memory"), None);
     }
 
     #[test]

@@ -323,11 +323,13 @@ pub struct ProbeOutcome {
 /// easy to tell apart.
 pub const PROBE_COMM: &str = "gpu-trace-probe";
 
-/// Runs `gpu_trace_bin probe OPS...` as a child, placed into `cgroup` before
-/// it executes (so every access it makes is under that cgroup's policy).
+/// Runs `gpu_trace_bin __probe OPS...` as a child, placed into `cgroups`
+/// before it executes (so every access it makes is under their policies).
+/// Several make sense on hybrid hosts: a cgroup2 directory plus a v1
+/// devices-controller directory.
 pub fn run_probe(
     gpu_trace_bin: &Path,
-    cgroup: Option<&ScratchCgroup>,
+    cgroups: &[&ScratchCgroup],
     ops: &[ProbeOp],
 ) -> anyhow::Result<ProbeOutcome> {
     let mut command = Command::new(gpu_trace_bin);
@@ -336,24 +338,29 @@ pub fn run_probe(
         .args(ops.iter().map(ProbeOp::to_arg))
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    let procs = cgroup
+    let procs = cgroups
+        .iter()
         .map(|c| {
+            let path = c.path().join("cgroup.procs");
             File::options()
                 .write(true)
-                .open(c.path().join("cgroup.procs"))
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))
         })
-        .transpose()?;
-    if let Some(procs) = &procs {
-        let fd = procs.as_raw_fd();
-        // SAFETY: only async-signal-safe calls (write) between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
+        .collect::<anyhow::Result<Vec<File>>>()?;
+    let fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
+    // SAFETY: only async-signal-safe calls (write) between fork and exec;
+    // `fds` was allocated before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            for &fd in &fds {
+                // "0" moves the writing process itself.
                 if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                     return Err(std::io::Error::last_os_error());
                 }
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
     let child = command
         .spawn()

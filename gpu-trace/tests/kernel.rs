@@ -18,6 +18,7 @@ use std::{
 };
 
 use gpu_trace::{
+    cgroup::v1_controller_mount_in,
     devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
     preflight::{check_host, Host},
     scenario::{
@@ -232,7 +233,7 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
 
     let child = run_probe(
         Path::new(GPU_TRACE),
-        Some(&incident.cgroup),
+        &[&incident.cgroup],
         &[incident.open_rw("nvidia-uvm")],
     )
     .expect("run probe in scratch cgroup");
@@ -242,6 +243,25 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
         "the policy denies the uvm stand-in"
     );
 
+    // Every hook this kernel supports must be in place: a refused one fails here.
+    for hook in ["observer", "_openat", "_openat2", "_open"] {
+        assert!(
+            watcher
+                .stderr_seen
+                .iter()
+                .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(hook)),
+            "hook {hook} not active: {:#?}",
+            watcher.stderr_seen
+        );
+    }
+    assert!(
+        !watcher
+            .stderr_seen
+            .iter()
+            .any(|l| l.contains("hook refused")),
+        "{:#?}",
+        watcher.stderr_seen
+    );
     let live = watcher.wait_for_events(child.pid, 1);
     assert_eq!(live.len(), 1, "streamed while running: {live:#?}");
     let (status, stderr) = watcher.stop();
@@ -295,8 +315,7 @@ fn allowed_access_is_reported_only_with_all() {
         (vec!["--format", "json", "--all", "--major", &major], true),
     ] {
         let watcher = Watcher::start(&args);
-        let child =
-            run_probe(Path::new(GPU_TRACE), Some(&incident.cgroup), &ops).expect("run probe");
+        let child = run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &ops).expect("run probe");
         assert_eq!(child.results[1], libc::EPERM);
         assert_ne!(
             child.results[0],
@@ -338,6 +357,58 @@ fn allowed_access_is_reported_only_with_all() {
         }
         assert_eq!(events.last().expect("denied event")["verdict"], "denied");
     }
+}
+
+#[test]
+fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
+    let Some(host) = kernel_test("denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf") else {
+        return;
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
+        // A property of the host's layout, not a missing kernel feature: pure
+        // cgroup2 hosts have no devices.list at all.
+        eprintln!(
+            "skipping denial_by_cgroup_v1_devices_list: no cgroup v1 devices controller mounted"
+        );
+        return;
+    };
+    let major = uvm_standin();
+    let v1 = ScratchCgroup::create(
+        &v1_devices,
+        &format!("gpu-trace-test-v1-{}", std::process::id()),
+    )
+    .expect("create v1 devices cgroup");
+    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
+        .expect("write devices.deny");
+    let v2 = scratch_cgroup(&host, "v1deny");
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+
+    let watcher = Watcher::start(&["--format", "json", "--major", &major.to_string()]);
+    let op = ProbeOp::Open {
+        path: nodes.path("nvidia-uvm"),
+        mode: OpenMode::Read,
+    };
+    let child = run_probe(Path::new(GPU_TRACE), &[&v2, &v1], &[op]).expect("run probe");
+    assert_eq!(
+        child.results,
+        [libc::EPERM],
+        "devices.deny refuses the node"
+    );
+    let events = watcher.wait_for_events(child.pid, 1);
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["verdict"], "denied");
+    assert_eq!(
+        event["verdict_source"], "not-bpf",
+        "no BPF policy refused it: {event}"
+    );
+    assert_eq!(event["bpf_retval"], 0);
+    assert_eq!(event["errno"], "EPERM");
+    assert_eq!(event["access"], "r");
+    assert_eq!(event["cgroup"], v2.relative_path().to_str().expect("utf-8"));
 }
 
 #[test]
@@ -385,9 +456,9 @@ fn observer_never_changes_a_verdict() {
     }
 
     let without =
-        run_probe(Path::new(GPU_TRACE), Some(&cgroup), &ops).expect("probe without gpu-trace");
+        run_probe(Path::new(GPU_TRACE), &[&cgroup], &ops).expect("probe without gpu-trace");
     let watcher = Watcher::start(&["--format", "json", "--all", "--all-devices"]);
-    let with = run_probe(Path::new(GPU_TRACE), Some(&cgroup), &ops).expect("probe with gpu-trace");
+    let with = run_probe(Path::new(GPU_TRACE), &[&cgroup], &ops).expect("probe with gpu-trace");
     let seen = watcher.wait_for_events(with.pid, ops.len());
     let (status, _) = watcher.stop();
     assert!(status.success());

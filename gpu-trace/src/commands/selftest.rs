@@ -91,7 +91,7 @@ pub fn run() -> anyhow::Result<bool> {
         },
     ];
     let exe = std::env::current_exe().context("finding gpu-trace's own executable")?;
-    let child = run_probe(&exe, Some(&cgroup), &ops)?;
+    let child = run_probe(&exe, &[&cgroup], &ops)?;
     println!(
         "  child pid {} in the scratch cgroup opened both nodes O_RDWR",
         child.pid

@@ -195,31 +195,39 @@ fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
 }
 
 fn attach_open_syscall(ebpf: &mut Ebpf, syscall: &OpenSyscall) -> anyhow::Result<()> {
-    // Both halves or neither: an entry without its exit would only fill the table.
-    for (program, event) in [
+    // Both halves or neither: an entry without its exit would only fill the
+    // table. The exit goes first so that no call is stashed and never finished.
+    let halves = [
         (syscall.exit, format!("sys_exit_{}", syscall.name)),
         (syscall.enter, format!("sys_enter_{}", syscall.name)),
-    ] {
-        let tracepoint: &mut TracePoint = ebpf
-            .program_mut(program)
-            .with_context(|| format!("program {program} missing from the eBPF object"))?
-            .try_into()?;
-        tracepoint
-            .load()
-            .with_context(|| format!("loading {program}"))?;
-        if let Err(e) = tracepoint.attach("syscalls", &event) {
-            if program == syscall.enter {
-                // Detach the exit half again.
-                let exit: &mut TracePoint = ebpf
-                    .program_mut(syscall.exit)
-                    .expect("loaded above")
-                    .try_into()?;
-                let _ = exit.unload();
-            }
-            return Err(e).with_context(|| format!("attaching to syscalls:{event}"));
+    ];
+    let mut attach = || -> anyhow::Result<()> {
+        for (program, event) in &halves {
+            let tracepoint = tracepoint_mut(ebpf, program)?;
+            tracepoint
+                .load()
+                .with_context(|| format!("loading {program}"))?;
+            tracepoint
+                .attach("syscalls", event)
+                .with_context(|| format!("attaching to syscalls:{event}"))?;
+        }
+        Ok(())
+    };
+    let result = attach();
+    if result.is_err() {
+        for (program, _) in &halves {
+            // Unloading detaches; a half never loaded just says so.
+            let _ = tracepoint_mut(ebpf, program).map(|tp| tp.unload());
         }
     }
-    Ok(())
+    result
+}
+
+fn tracepoint_mut<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut TracePoint> {
+    Ok(ebpf
+        .program_mut(program)
+        .with_context(|| format!("program {program} missing from the eBPF object"))?
+        .try_into()?)
 }
 
 fn attach_observer(ebpf: &mut Ebpf, cgroup2_mount: &Path) -> anyhow::Result<()> {

@@ -13,6 +13,8 @@ pub mod program {
     pub const EXIT_OPENAT2: &str = "exit_openat2";
     pub const ENTER_OPEN: &str = "enter_open";
     pub const EXIT_OPEN: &str = "exit_open";
+    pub const FOLLOW_FORK: &str = "follow_fork";
+    pub const FOLLOW_EXIT: &str = "follow_exit";
     /// The stand-in container policy of the policy object.
     pub const SCRATCH_POLICY: &str = "scratch_policy";
 }
@@ -23,6 +25,8 @@ pub mod map {
     pub const WATCHED_MAJORS: &str = "WATCHED_MAJORS";
     pub const IN_FLIGHT: &str = "IN_FLIGHT";
     pub const LOST_EVENTS: &str = "LOST_EVENTS";
+    /// Process ids (and thread ids) of the followed process tree.
+    pub const FOLLOWED: &str = "FOLLOWED";
     /// Policy object: char major -> access bits it denies.
     pub const DENY_RULES: &str = "DENY_RULES";
 }
@@ -33,10 +37,17 @@ pub mod global {
     pub const WATCH_ALL_DEVICES: &str = "WATCH_ALL_DEVICES";
     /// Non-zero: allowed accesses are reported too, not only denied ones.
     pub const REPORT_ALLOWED: &str = "REPORT_ALLOWED";
+    /// Non-zero: only processes in FOLLOWED are reported, and their forks join it.
+    pub const FOLLOW_PROCESS_TREE: &str = "FOLLOW_PROCESS_TREE";
+    /// Offset of `child_pid` in the sched:sched_process_fork record; it moved
+    /// between kernel versions, so userspace reads it from the format file.
+    pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
 }
 
 /// Capacity of the per-thread table of open calls in flight.
 pub const IN_FLIGHT_CAPACITY: u32 = 16384;
+/// Capacity of the followed-process table.
+pub const FOLLOWED_CAPACITY: u32 = 16384;
 /// Capacity of the watched-majors filter.
 pub const WATCHED_MAJORS_CAPACITY: u32 = 256;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
@@ -67,6 +78,10 @@ pub const FLAG_SEEN_BY_OBSERVER: u16 = 1;
 pub const FLAG_HAS_SYSCALL: u16 = 2;
 /// The path did not fit in `path` and was cut.
 pub const FLAG_PATH_TRUNCATED: u16 = 4;
+
+/// Failed opens of paths under this prefix are reported even though they
+/// never reached the device hook (ENOENT: node missing; EACCES: file mode).
+pub const NVIDIA_DEV_PREFIX: &[u8; 11] = b"/dev/nvidia";
 
 /// One device access, as the kernel side reports it.
 #[repr(C)]

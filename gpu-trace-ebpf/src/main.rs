@@ -10,6 +10,7 @@
 mod maps;
 mod observer;
 mod open_calls;
+mod process_tree;
 
 #[cfg(not(test))]
 #[panic_handler]

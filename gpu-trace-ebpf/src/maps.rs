@@ -1,11 +1,12 @@
 //! Maps and load-time settings shared by the tracer's programs.
 
 use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid,
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use gpu_trace_common::{
-    OpenInFlight, EVENTS_RING_BYTES, IN_FLIGHT_CAPACITY, WATCHED_MAJORS_CAPACITY,
+    OpenInFlight, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY, WATCHED_MAJORS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -26,11 +27,19 @@ pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
 #[map]
 pub static LOST_EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// The followed process tree (`gpu-trace run`), by process and thread id.
+#[map]
+pub static FOLLOWED: HashMap<u32, u8> = HashMap::with_max_entries(FOLLOWED_CAPACITY, 0);
+
 // Read-only globals: userspace sets them before load (see gpu_trace_common::global).
 #[unsafe(no_mangle)]
 static WATCH_ALL_DEVICES: u8 = 0;
 #[unsafe(no_mangle)]
 static REPORT_ALLOWED: u8 = 0;
+#[unsafe(no_mangle)]
+static FOLLOW_PROCESS_TREE: u8 = 0;
+#[unsafe(no_mangle)]
+static FORK_CHILD_PID_OFFSET: u32 = 0;
 
 pub fn watch_all_devices() -> bool {
     // SAFETY: a plain read of a global the loader patched; volatile keeps the
@@ -41,6 +50,27 @@ pub fn watch_all_devices() -> bool {
 pub fn report_allowed() -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&REPORT_ALLOWED) != 0 }
+}
+
+pub fn follow_process_tree() -> bool {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&FOLLOW_PROCESS_TREE) != 0 }
+}
+
+pub fn fork_child_pid_offset() -> usize {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&FORK_CHILD_PID_OFFSET) as usize }
+}
+
+/// Is the current process one to report? Always, unless a tree is followed.
+#[inline(always)]
+pub fn current_is_followed() -> bool {
+    if !follow_process_tree() {
+        return true;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is a u8 flag, read at once.
+    unsafe { FOLLOWED.get(tgid).is_some() }
 }
 
 pub fn count_lost_event() {

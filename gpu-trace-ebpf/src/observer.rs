@@ -15,7 +15,8 @@ use aya_ebpf::{
 use gpu_trace_common::{DeviceAccessEvent, DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER};
 
 use crate::maps::{
-    count_lost_event, report_allowed, watch_all_devices, EVENTS, IN_FLIGHT, WATCHED_MAJORS,
+    count_lost_event, current_is_followed, report_allowed, watch_all_devices, EVENTS, IN_FLIGHT,
+    WATCHED_MAJORS,
 };
 
 /// Return value of a cgroup_device program that lets the access through.
@@ -27,7 +28,7 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
     let dev = unsafe { &*ctx.device };
     let dev_type = (dev.access_type & 0xffff) as u16;
     let access = (dev.access_type >> 16) as u16;
-    if !is_watched(dev_type, dev.major) {
+    if !is_watched(dev_type, dev.major) || !current_is_followed() {
         return ALLOW;
     }
     // SAFETY: helper without arguments; available to cgroup_device programs

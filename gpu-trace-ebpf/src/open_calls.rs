@@ -4,24 +4,31 @@
 //! the observer marked the call as a watched device access.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user_str_bytes},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_uid_gid, bpf_ktime_get_boot_ns, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
+    },
     macros::tracepoint,
     programs::TracePointContext,
 };
 use gpu_trace_common::{
     DeviceAccessEvent, OpenInFlight, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER,
-    PATH_LEN, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    NVIDIA_DEV_PREFIX, PATH_LEN, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::{count_lost_event, report_allowed, EVENTS, IN_FLIGHT};
+use crate::maps::{count_lost_event, current_is_followed, report_allowed, EVENTS, IN_FLIGHT};
 
 /// Offsets in the syscalls:sys_enter_* / sys_exit_* records
 /// (events/syscalls/*/format): arguments start at 16, each 8 bytes wide.
 const FIRST_ARG: usize = 16;
 const SECOND_ARG: usize = 24;
 const RET: usize = 16;
-/// -EPERM: the errno a device policy gives.
+/// Negative errnos as the exit tracepoint reports them. EPERM is what a
+/// device policy gives.
 const EPERM: i32 = -1;
+const ENOENT: i32 = -2;
+const EACCES: i32 = -13;
 
 #[tracepoint]
 pub fn enter_openat(ctx: TracePointContext) -> u32 {
@@ -54,6 +61,9 @@ pub fn exit_open(ctx: TracePointContext) -> u32 {
 }
 
 fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
+    if !current_is_followed() {
+        return 0;
+    }
     // SAFETY: the offset comes from the tracepoint's format.
     let Ok(path_ptr) = (unsafe { ctx.read_at::<u64>(path_arg) }) else {
         return 0;
@@ -86,26 +96,56 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     // SAFETY: this thread's own entry; copied out before it is removed.
     let call = unsafe { *call };
     let _ = IN_FLIGHT.remove(tid);
-    if call.seen == 0 {
-        return 0;
-    }
     // SAFETY: the offset comes from the tracepoint's format.
     let ret = unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0) as i32;
-    // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
-    let denied = call.bpf_retval != 0 || ret == EPERM;
-    if !denied && !report_allowed() {
+    if call.seen == 0 {
+        // Never reached the device hook. Worth reporting only when an
+        // NVIDIA node is missing or its file mode refused the caller.
+        if (ret == ENOENT || ret == EACCES) && is_nvidia_dev_path(call.path_ptr) {
+            emit(&call, pid_tgid, ret, FLAG_HAS_SYSCALL);
+        }
         return 0;
     }
+    // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
+    let denied = call.bpf_retval != 0 || ret == EPERM;
+    if denied || report_allowed() {
+        emit(
+            &call,
+            pid_tgid,
+            ret,
+            FLAG_SEEN_BY_OBSERVER | FLAG_HAS_SYSCALL,
+        );
+    }
+    0
+}
+
+fn is_nvidia_dev_path(path_ptr: u64) -> bool {
+    // SAFETY: a user pointer read with the fault-tolerant helper.
+    match unsafe { bpf_probe_read_user::<[u8; 11]>(path_ptr as *const [u8; 11]) } {
+        Ok(prefix) => &prefix == NVIDIA_DEV_PREFIX,
+        Err(_) => false,
+    }
+}
+
+fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
     let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
         count_lost_event();
-        return 0;
+        return;
     };
+    let tid = pid_tgid as u32;
     let event = entry.write(DeviceAccessEvent::zeroed());
-    event.boot_ns = call.boot_ns;
-    event.cgroup_id = call.cgroup_id;
+    if call.seen != 0 {
+        event.boot_ns = call.boot_ns;
+        event.cgroup_id = call.cgroup_id;
+        event.uid = call.uid;
+    } else {
+        // SAFETY: helpers without arguments.
+        event.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+        event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+        event.uid = bpf_get_current_uid_gid() as u32;
+    }
     event.pid = (pid_tgid >> 32) as u32;
     event.tid = tid;
-    event.uid = call.uid;
     event.major = call.major;
     event.minor = call.minor;
     event.access = call.access;
@@ -113,7 +153,7 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     event.bpf_retval = call.bpf_retval;
     event.syscall_ret = ret;
     event.syscall = call.syscall;
-    event.flags = FLAG_SEEN_BY_OBSERVER | FLAG_HAS_SYSCALL;
+    event.flags = flags;
     if let Ok(comm) = bpf_get_current_comm() {
         event.comm = comm;
     }
@@ -123,5 +163,4 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
         _ => {}
     }
     entry.submit(0);
-    0
 }

@@ -73,6 +73,100 @@ impl CharMajors {
     }
 }
 
+/// The device nodes NVIDIA's drivers create, by what they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvidiaNode {
+    Ctl,
+    Modeset,
+    Gpu(u32),
+    Uvm,
+    UvmTools,
+    Cap(u32),
+    NvswitchCtl,
+    Nvswitch(u32),
+    Nvlink,
+}
+
+impl NvidiaNode {
+    /// From the driver that owns the major (per /proc/devices) and the minor.
+    pub fn from_device(driver: &str, minor: u32) -> Option<Self> {
+        Some(match (driver, minor) {
+            ("nvidia-frontend" | "nvidia", 255) => NvidiaNode::Ctl,
+            ("nvidia-frontend" | "nvidia", 254) => NvidiaNode::Modeset,
+            ("nvidia-frontend" | "nvidia", n) => NvidiaNode::Gpu(n),
+            ("nvidia-uvm", 1) => NvidiaNode::UvmTools,
+            ("nvidia-uvm", _) => NvidiaNode::Uvm,
+            ("nvidia-caps", n) => NvidiaNode::Cap(n),
+            ("nvidia-nvswitch", 255) => NvidiaNode::NvswitchCtl,
+            ("nvidia-nvswitch", n) => NvidiaNode::Nvswitch(n),
+            ("nvidia-nvlink", _) => NvidiaNode::Nvlink,
+            _ => return None,
+        })
+    }
+
+    /// From the file name of a path, for nodes whose major no driver owns
+    /// (a stale major, a driver not loaded, a stand-in in tests).
+    pub fn from_path(path: &[u8]) -> Option<Self> {
+        let name = std::str::from_utf8(path.rsplit(|&b| b == b'/').next()?).ok()?;
+        let number = |prefix: &str| name.strip_prefix(prefix)?.parse::<u32>().ok();
+        Some(match name {
+            "nvidiactl" => NvidiaNode::Ctl,
+            "nvidia-modeset" => NvidiaNode::Modeset,
+            "nvidia-uvm" => NvidiaNode::Uvm,
+            "nvidia-uvm-tools" => NvidiaNode::UvmTools,
+            "nvidia-nvswitchctl" => NvidiaNode::NvswitchCtl,
+            "nvidia-nvlink" => NvidiaNode::Nvlink,
+            _ => {
+                if let Some(n) = number("nvidia-cap") {
+                    NvidiaNode::Cap(n)
+                } else if let Some(n) = number("nvidia-nvswitch") {
+                    NvidiaNode::Nvswitch(n)
+                } else {
+                    NvidiaNode::Gpu(number("nvidia")?)
+                }
+            }
+        })
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            NvidiaNode::Ctl => "nvidiactl".into(),
+            NvidiaNode::Modeset => "nvidia-modeset".into(),
+            NvidiaNode::Gpu(n) => format!("nvidia{n}"),
+            NvidiaNode::Uvm => "nvidia-uvm".into(),
+            NvidiaNode::UvmTools => "nvidia-uvm-tools".into(),
+            NvidiaNode::Cap(n) => format!("nvidia-cap{n}"),
+            NvidiaNode::NvswitchCtl => "nvidia-nvswitchctl".into(),
+            NvidiaNode::Nvswitch(n) => format!("nvidia-nvswitch{n}"),
+            NvidiaNode::Nvlink => "nvidia-nvlink".into(),
+        }
+    }
+
+    /// Where the node usually lives on the host.
+    pub fn dev_path(self) -> String {
+        match self {
+            NvidiaNode::Cap(_) => format!("/dev/nvidia-caps/{}", self.name()),
+            _ => format!("/dev/{}", self.name()),
+        }
+    }
+
+    /// The driver name in /proc/devices (and in systemd's `char-NAME`).
+    pub fn driver(self) -> &'static str {
+        match self {
+            NvidiaNode::Ctl | NvidiaNode::Modeset | NvidiaNode::Gpu(_) => "nvidia-frontend",
+            NvidiaNode::Uvm | NvidiaNode::UvmTools => "nvidia-uvm",
+            NvidiaNode::Cap(_) => "nvidia-caps",
+            NvidiaNode::NvswitchCtl | NvidiaNode::Nvswitch(_) => "nvidia-nvswitch",
+            NvidiaNode::Nvlink => "nvidia-nvlink",
+        }
+    }
+
+    /// Its major is handed out at module load time, not fixed like 195.
+    pub fn has_dynamic_major(self) -> bool {
+        self.driver() != "nvidia-frontend"
+    }
+}
+
 /// The node name a driver gives a minor, e.g. "nvidia-uvm" or "nvidia0";
 /// for drivers outside NVIDIA's, the driver's own name.
 pub fn node_name(driver: Option<&str>, major: u32, minor: u32) -> Option<String> {
@@ -81,17 +175,9 @@ pub fn node_name(driver: Option<&str>, major: u32, minor: u32) -> Option<String>
         None if major == NVIDIA_FRONTEND_MAJOR => "nvidia-frontend",
         None => return None,
     };
-    Some(match (driver, minor) {
-        ("nvidia-frontend" | "nvidia", 255) => "nvidiactl".into(),
-        ("nvidia-frontend" | "nvidia", 254) => "nvidia-modeset".into(),
-        ("nvidia-frontend" | "nvidia", n) => format!("nvidia{n}"),
-        ("nvidia-uvm", 0) => "nvidia-uvm".into(),
-        ("nvidia-uvm", 1) => "nvidia-uvm-tools".into(),
-        ("nvidia-caps", n) => format!("nvidia-cap{n}"),
-        ("nvidia-nvswitch", 255) => "nvidia-nvswitchctl".into(),
-        ("nvidia-nvswitch", n) => format!("nvidia-nvswitch{n}"),
-        (other, _) => other.to_string(),
-    })
+    Some(
+        NvidiaNode::from_device(driver, minor).map_or_else(|| driver.to_string(), NvidiaNode::name),
+    )
 }
 
 #[cfg(test)]
@@ -165,5 +251,28 @@ Block devices:
         );
         assert_eq!(name(Some("mem"), 1, 3).as_deref(), Some("mem"));
         assert_eq!(name(None, 511, 0), None, "no driver, no name");
+    }
+
+    #[test]
+    fn recognises_nvidia_nodes_by_path() {
+        let node = |p: &str| NvidiaNode::from_path(p.as_bytes());
+        assert_eq!(node("/dev/nvidia-uvm"), Some(NvidiaNode::Uvm));
+        assert_eq!(node("/tmp/x/nvidia-uvm-tools"), Some(NvidiaNode::UvmTools));
+        assert_eq!(node("/dev/nvidiactl"), Some(NvidiaNode::Ctl));
+        assert_eq!(node("/dev/nvidia3"), Some(NvidiaNode::Gpu(3)));
+        assert_eq!(
+            node("/dev/nvidia-caps/nvidia-cap2"),
+            Some(NvidiaNode::Cap(2))
+        );
+        assert_eq!(node("/dev/nvidia-nvswitch1"), Some(NvidiaNode::Nvswitch(1)));
+        assert_eq!(node("/dev/nvidia-modeset"), Some(NvidiaNode::Modeset));
+        assert_eq!(node("/dev/nvidia"), None);
+        assert_eq!(node("/dev/nvidiafoo"), None);
+        assert_eq!(node("/dev/null"), None);
+        assert_eq!(
+            NvidiaNode::Cap(2).dev_path(),
+            "/dev/nvidia-caps/nvidia-cap2"
+        );
+        assert!(NvidiaNode::Uvm.has_dynamic_major() && !NvidiaNode::Gpu(0).has_dynamic_major());
     }
 }

@@ -1,15 +1,18 @@
 //! Typed events -> records a person can read: wall time, cgroup path,
-//! driver and node names.
+//! container, driver and node names.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     time::{Duration, Instant, SystemTime},
 };
 
 use crate::{
     cgroup::CgroupPaths,
-    devices::{node_name, CharMajors},
+    devices::{node_name, CharMajors, NvidiaNode},
+    diagnose::Diagnosis,
     event::{BootClock, DeviceAccess},
+    identity::{identify, Container, NameSources},
 };
 
 #[derive(Debug, Clone)]
@@ -18,14 +21,21 @@ pub struct Record {
     pub time: SystemTime,
     /// Relative to the cgroup2 mount; None when the cgroup is gone and was never seen.
     pub cgroup: Option<PathBuf>,
+    pub container: Container,
     /// Driver that owns the major per /proc/devices; None when no driver does.
     pub driver: Option<String>,
     /// Node name: "nvidia-uvm", "nvidiactl", "nvidia0", ...
     pub device: Option<String>,
+    /// Which NVIDIA node this is, from its driver or, failing that, its path.
+    pub node: Option<NvidiaNode>,
+    /// Filled in by the diagnosis stage for problems.
+    pub diagnosis: Option<Diagnosis>,
 }
 
 pub struct Enricher {
     cgroups: CgroupPaths,
+    containers: HashMap<u64, Container>,
+    names: NameSources,
     majors: CharMajors,
     majors_read_at: Instant,
     clock: BootClock,
@@ -38,6 +48,8 @@ impl Enricher {
     pub fn new(cgroups: CgroupPaths, majors: CharMajors) -> Self {
         Self {
             cgroups,
+            containers: HashMap::new(),
+            names: NameSources::default(),
             majors,
             majors_read_at: Instant::now(),
             clock: BootClock::now(),
@@ -46,6 +58,10 @@ impl Enricher {
 
     pub fn majors(&self) -> &CharMajors {
         &self.majors
+    }
+
+    pub fn cgroups(&mut self) -> &mut CgroupPaths {
+        &mut self.cgroups
     }
 
     /// Re-reads /proc/devices; returns true when it changed.
@@ -61,26 +77,61 @@ impl Enricher {
     }
 
     pub fn enrich(&mut self, access: DeviceAccess) -> Record {
-        if !access.block_device
+        let char_device = access.device_seen && !access.block_device;
+        if char_device
             && !self.majors.is_registered(access.major)
             && self.majors_read_at.elapsed() > MAJORS_REFRESH
         {
             self.refresh_majors();
         }
-        let driver = (!access.block_device)
+        let driver = char_device
             .then(|| self.majors.driver(access.major).map(str::to_string))
             .flatten();
-        let device = if access.block_device {
-            None
-        } else {
-            node_name(driver.as_deref(), access.major, access.minor)
+        let from_path = || {
+            access
+                .open
+                .as_ref()
+                .and_then(|o| NvidiaNode::from_path(&o.path))
         };
+        let node = match &driver {
+            Some(driver) => NvidiaNode::from_device(driver, access.minor),
+            None if char_device && access.major == crate::devices::NVIDIA_FRONTEND_MAJOR => {
+                NvidiaNode::from_device("nvidia-frontend", access.minor)
+            }
+            None => from_path(),
+        };
+        let device = match node {
+            Some(node) => Some(node.name()),
+            None if char_device => node_name(driver.as_deref(), access.major, access.minor),
+            None => None,
+        };
+        let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
+        let container = self.container(access.cgroup_id, cgroup.as_ref());
         Record {
             time: self.clock.wall_time(access.boot_ns),
-            cgroup: self.cgroups.resolve(access.cgroup_id).map(PathBuf::from),
+            cgroup,
+            container,
             driver,
             device,
+            node,
+            diagnosis: None,
             access,
         }
+    }
+
+    /// Identity per cgroup id, cached: names come from files on disk.
+    fn container(&mut self, cgroup_id: u64, cgroup: Option<&PathBuf>) -> Container {
+        if let Some(known) = self.containers.get(&cgroup_id) {
+            return known.clone();
+        }
+        let path = cgroup.map_or_else(
+            || format!("(gone, id {cgroup_id})"),
+            |p| p.to_string_lossy().into_owned(),
+        );
+        let container = identify(&path, &self.names);
+        if cgroup.is_some() {
+            self.containers.insert(cgroup_id, container.clone());
+        }
+        container
     }
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use gpu_trace_common::{
     DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_HAS_SYSCALL,
-    FLAG_PATH_TRUNCATED, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -16,11 +16,29 @@ pub enum Verdict {
     /// The BPF policies allowed it, yet the open failed with EPERM: a check
     /// after them refused it (cgroup v1 devices.list, or an LSM).
     DeniedAfterBpf,
+    /// An open of /dev/nvidia* failed before any device check: the node is
+    /// missing (ENOENT) or its file mode refused the caller (EACCES).
+    FailedBeforeDeviceCheck,
 }
 
 impl Verdict {
+    /// Refused by a device policy (BPF or not).
     pub fn is_denied(self) -> bool {
+        matches!(self, Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf)
+    }
+
+    /// Anything a user needs to look at: a denial or a failed open of a GPU node.
+    pub fn is_problem(self) -> bool {
         self != Verdict::Allowed
+    }
+
+    /// Stable name used in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf => "denied",
+            Verdict::FailedBeforeDeviceCheck => "failed",
+        }
     }
 
     /// Stable name used in JSON output.
@@ -29,6 +47,7 @@ impl Verdict {
             Verdict::Allowed => "none",
             Verdict::DeniedByBpfPolicy => "cgroup-bpf",
             Verdict::DeniedAfterBpf => "not-bpf",
+            Verdict::FailedBeforeDeviceCheck => "before-device-check",
         }
     }
 
@@ -37,6 +56,7 @@ impl Verdict {
             Verdict::Allowed => "allowed",
             Verdict::DeniedByBpfPolicy => "by cgroup BPF device policy",
             Verdict::DeniedAfterBpf => "not by BPF policy: cgroup v1 devices.list or other",
+            Verdict::FailedBeforeDeviceCheck => "before any device check",
         }
     }
 }
@@ -65,6 +85,9 @@ pub struct DeviceAccess {
     pub uid: u32,
     pub comm: Vec<u8>,
     pub cgroup_id: u64,
+    /// False when the access never reached the device hook: the device
+    /// fields below are then unknown (zero).
+    pub device_seen: bool,
     pub block_device: bool,
     pub major: u32,
     pub minor: u32,
@@ -92,7 +115,10 @@ impl DeviceAccess {
             path_truncated: raw.flags & FLAG_PATH_TRUNCATED != 0,
             ret: raw.syscall_ret,
         });
-        let verdict = if raw.bpf_retval != 0 {
+        let device_seen = raw.flags & FLAG_SEEN_BY_OBSERVER != 0;
+        let verdict = if !device_seen {
+            Verdict::FailedBeforeDeviceCheck
+        } else if raw.bpf_retval != 0 {
             Verdict::DeniedByBpfPolicy
         } else if open.as_ref().is_some_and(|o| o.ret == -EPERM) {
             Verdict::DeniedAfterBpf
@@ -106,6 +132,7 @@ impl DeviceAccess {
             uid: raw.uid,
             comm: until_nul(&raw.comm).to_vec(),
             cgroup_id: raw.cgroup_id,
+            device_seen,
             block_device: raw.dev_type == DEV_TYPE_BLOCK,
             major: raw.major,
             minor: raw.minor,
@@ -166,7 +193,7 @@ impl BootClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_trace_common::{DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER};
+    use gpu_trace_common::DEV_TYPE_CHAR;
 
     fn raw(bpf_retval: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
         let mut e = DeviceAccessEvent::zeroed();
@@ -209,6 +236,15 @@ mod tests {
         let access = DeviceAccess::decode(&raw(0, -libc::ENXIO, true));
         assert_eq!(access.verdict, Verdict::Allowed);
         assert_eq!(access.open.and_then(|o| o.errno()), Some(libc::ENXIO));
+    }
+
+    #[test]
+    fn failed_open_that_never_reached_the_hook_is_a_failure_not_a_denial() {
+        let mut e = raw(0, -libc::ENOENT, true);
+        e.flags = FLAG_HAS_SYSCALL;
+        let access = DeviceAccess::decode(&e);
+        assert_eq!(access.verdict, Verdict::FailedBeforeDeviceCheck);
+        assert!(!access.device_seen && !access.verdict.is_denied() && access.verdict.is_problem());
     }
 
     #[test]

@@ -8,7 +8,11 @@ use std::io::{self, Write};
 use chrono::{DateTime, Local, Utc};
 use serde::Serialize;
 
-use crate::enrich::Record;
+use crate::{
+    enrich::Record,
+    event::Verdict,
+    identity::{Container, Runtime},
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -31,12 +35,26 @@ pub fn write_record(out: &mut impl Write, format: Format, record: &Record) -> io
 pub fn human_line(record: &Record) -> String {
     let a = &record.access;
     let time: DateTime<Local> = record.time.into();
-    let verdict = if a.verdict.is_denied() {
-        "DENIED "
-    } else {
-        "allowed"
+    let verdict = match a.verdict {
+        Verdict::Allowed => "allowed",
+        Verdict::FailedBeforeDeviceCheck => "FAILED ",
+        _ => "DENIED ",
     };
-    let device = record.device.as_deref().unwrap_or("(no driver)");
+    let device = if a.device_seen {
+        format!(
+            "{} {} {}:{} {}",
+            record.device.as_deref().unwrap_or("(no driver)"),
+            a.type_letter(),
+            a.major,
+            a.minor,
+            a.access_letters()
+        )
+    } else {
+        record
+            .device
+            .clone()
+            .unwrap_or_else(|| "(no device)".into())
+    };
     let (path, result) = match &a.open {
         Some(open) => (
             printable(&open.path),
@@ -47,22 +65,27 @@ pub fn human_line(record: &Record) -> String {
         ),
         None => ("(not an open call)".to_string(), "-".to_string()),
     };
-    let cgroup = cgroup_text(record);
+    // A plain cgroup's label would only repeat its path.
+    let container = match record.container.runtime {
+        Runtime::Cgroup => String::new(),
+        _ => format!("{}  ", record.container.label()),
+    };
     let mut line = format!(
-        "{time}  {verdict}  pid {pid} tid {tid} {comm} uid {uid}  cgroup {cgroup}  {device} {kind} {major}:{minor} {access}  {path}  {result}",
+        "{time}  {verdict}  {container}pid {pid} tid {tid} {comm} uid {uid}  cgroup {cgroup}  {device}  {path}  {result}",
         time = time.format("%H:%M:%S%.3f"),
         pid = a.pid,
         tid = a.tid,
         comm = printable(&a.comm),
         uid = a.uid,
-        kind = a.type_letter(),
-        major = a.major,
-        minor = a.minor,
-        access = a.access_letters(),
+        cgroup = cgroup_text(record),
     );
     if a.verdict.is_denied() {
         line.push_str("  ");
         line.push_str(a.verdict.describe());
+    }
+    if let Some(diagnosis) = &record.diagnosis {
+        line.push_str("\n        fix: ");
+        line.push_str(&printable(diagnosis.hint().as_bytes()));
     }
     line
 }
@@ -124,7 +147,7 @@ fn json_text(bytes: &[u8]) -> (String, Option<String>) {
 /// The JSON lines schema. Field names are a stable interface: README.md
 /// documents each one; add fields, never rename them.
 #[derive(Serialize)]
-struct JsonRecord {
+struct JsonRecord<'a> {
     time: String,
     verdict: &'static str,
     verdict_source: &'static str,
@@ -136,13 +159,14 @@ struct JsonRecord {
     comm_hex: Option<String>,
     cgroup_id: u64,
     cgroup: Option<String>,
-    device: Option<String>,
-    driver: Option<String>,
+    container: &'a Container,
+    device: Option<&'a str>,
+    driver: Option<&'a str>,
     #[serde(rename = "type")]
-    device_type: String,
-    major: u32,
-    minor: u32,
-    access: String,
+    device_type: Option<String>,
+    major: Option<u32>,
+    minor: Option<u32>,
+    access: Option<String>,
     bpf_retval: i32,
     syscall: Option<&'static str>,
     path: Option<String>,
@@ -151,10 +175,13 @@ struct JsonRecord {
     path_truncated: bool,
     ret: Option<i32>,
     errno: Option<String>,
+    cause: Option<&'static str>,
+    explanation: Option<&'a str>,
+    hint: Option<String>,
 }
 
-impl From<&Record> for JsonRecord {
-    fn from(record: &Record) -> Self {
+impl<'a> From<&'a Record> for JsonRecord<'a> {
+    fn from(record: &'a Record) -> Self {
         let a = &record.access;
         let time: DateTime<Utc> = record.time.into();
         let (comm, comm_hex) = json_text(&a.comm);
@@ -165,13 +192,10 @@ impl From<&Record> for JsonRecord {
             }
             None => (None, None),
         };
+        let seen = a.device_seen;
         Self {
             time: time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            verdict: if a.verdict.is_denied() {
-                "denied"
-            } else {
-                "allowed"
-            },
+            verdict: a.verdict.name(),
             verdict_source: a.verdict.source(),
             pid: a.pid,
             tid: a.tid,
@@ -183,12 +207,13 @@ impl From<&Record> for JsonRecord {
                 .cgroup
                 .as_ref()
                 .map(|p| json_text(p.as_os_str().as_encoded_bytes()).0),
-            device: record.device.clone(),
-            driver: record.driver.clone(),
-            device_type: a.type_letter().to_string(),
-            major: a.major,
-            minor: a.minor,
-            access: a.access_letters(),
+            container: &record.container,
+            device: record.device.as_deref(),
+            driver: record.driver.as_deref(),
+            device_type: seen.then(|| a.type_letter().to_string()),
+            major: seen.then_some(a.major),
+            minor: seen.then_some(a.minor),
+            access: seen.then(|| a.access_letters()),
             bpf_retval: a.bpf_retval,
             syscall: a.open.as_ref().map(|o| o.syscall),
             path,
@@ -196,6 +221,9 @@ impl From<&Record> for JsonRecord {
             path_truncated: a.open.as_ref().is_some_and(|o| o.path_truncated),
             ret: a.open.as_ref().map(|o| o.ret),
             errno: a.open.as_ref().and_then(|o| o.errno()).map(errno_name),
+            cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
+            explanation: record.diagnosis.as_ref().map(|d| d.explanation.as_str()),
+            hint: record.diagnosis.as_ref().map(|d| d.hint()),
         }
     }
 }
@@ -215,6 +243,7 @@ mod tests {
                 uid: 0,
                 comm: comm.to_vec(),
                 cgroup_id: 44,
+                device_seen: true,
                 block_device: false,
                 major: 511,
                 minor: 0,
@@ -230,8 +259,11 @@ mod tests {
             },
             time: SystemTime::UNIX_EPOCH,
             cgroup: Some(PathBuf::from("/lxc/200")),
+            container: crate::identity::identify("/lxc/200", &Default::default()),
             driver: Some("nvidia-uvm".into()),
             device: Some("nvidia-uvm".into()),
+            node: Some(crate::devices::NvidiaNode::Uvm),
+            diagnosis: None,
         }
     }
 
@@ -260,6 +292,9 @@ mod tests {
         assert_eq!(v["path"], "/dev/nvidia-uvm");
         assert_eq!(v["time"], "1970-01-01T00:00:00.000000Z");
         assert!(v.get("path_hex").is_none(), "no hex for clean UTF-8");
+        assert_eq!(v["container"]["runtime"], "lxc");
+        assert_eq!(v["container"]["id"], "200");
+        assert_eq!(v["cause"], serde_json::Value::Null);
     }
 
     #[test]
@@ -280,7 +315,10 @@ mod tests {
     #[test]
     fn human_line_escapes_control_and_invalid_bytes() {
         let line = human_line(&record(b"a\nb", b"/x\ty\xff"));
-        assert!(!line.contains('\n') && !line.contains('\t'), "{line}");
+        assert!(
+            !line.contains('\n') && !line.contains('\t'),
+            "no diagnosis, one line: {line}"
+        );
         assert!(
             line.contains("a\\nb") && line.contains("/x\\ty\\xff"),
             "{line}"

@@ -19,9 +19,10 @@ use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use crate::{
     cgroup::CgroupPaths,
     devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
-    enrich::{Enricher, Record},
+    enrich::Record,
     event::Verdict,
     output::{errno_name, human_line},
+    pipeline::Pipeline,
     preflight::check_host,
     scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
     tracer::{Tracer, TracerConfig},
@@ -97,8 +98,8 @@ pub fn run() -> anyhow::Result<bool> {
         child.pid
     );
 
-    let mut enricher = Enricher::new(CgroupPaths::new(&host.cgroup2_mount), majors.clone());
-    let records = collect_child_events(&mut tracer, &mut enricher, child.pid, 2);
+    let mut pipeline = Pipeline::new(CgroupPaths::new(&host.cgroup2_mount), majors.clone());
+    let records = collect_child_events(&mut tracer, &mut pipeline, child.pid, 2);
     println!();
     println!("  what the tracer reported:");
     for record in &records {
@@ -153,10 +154,16 @@ pub fn run() -> anyhow::Result<bool> {
             "PASS: the denied open of c {uvm_standin}:0 was caught live with its cgroup, pid, path and EPERM, \
 attributed to the cgroup BPF device policy; the allowed c {frontend}:0 was seen as allowed."
         );
-        println!(
-            "      On a real host the fix for this denial is to allow the uvm major, e.g. for LXC:"
-        );
-        println!("      lxc.cgroup2.devices.allow: c <major of nvidia-uvm in /proc/devices>:* rwm");
+        if let Some(diagnosis) = records.iter().find_map(|r| r.diagnosis.as_ref()) {
+            println!(
+                "      The diagnosis gpu-trace gives for it ({}):",
+                diagnosis.cause.id()
+            );
+            println!("        {}", diagnosis.explanation);
+            for step in &diagnosis.fix {
+                println!("        fix: {step}");
+            }
+        }
         Ok(true)
     } else {
         for failure in &failures {
@@ -259,7 +266,7 @@ fn describe(record: &Record) -> String {
 /// Reads events until `expected` of them come from `pid` or the deadline passes.
 fn collect_child_events(
     tracer: &mut Tracer,
-    enricher: &mut Enricher,
+    pipeline: &mut Pipeline,
     pid: u32,
     expected: usize,
 ) -> Vec<Record> {
@@ -268,7 +275,7 @@ fn collect_child_events(
     while records.len() < expected && Instant::now() < deadline {
         tracer.drain(|access| {
             if access.pid == pid {
-                records.push(enricher.enrich(access));
+                records.push(pipeline.process(access));
             }
         });
         thread::sleep(Duration::from_millis(10));

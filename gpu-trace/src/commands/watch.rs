@@ -15,6 +15,7 @@ use crate::{
     devices::CharMajors,
     enrich::Enricher,
     output::write_record,
+    pipeline::Pipeline,
     preflight::check_host,
     tracer::{Tracer, TracerConfig},
 };
@@ -35,13 +36,13 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let config = tracer_config(&args.devices, &majors, args.all);
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
     announce(&tracer, &config);
-    let mut enricher = Enricher::new(CgroupPaths::new(&host.cgroup2_mount), majors);
+    let mut pipeline = Pipeline::new(CgroupPaths::new(&host.cgroup2_mount), majors);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the event loop")?;
-    let tally = runtime.block_on(stream(&mut tracer, &mut enricher, &args))?;
+    let tally = runtime.block_on(stream(&mut tracer, &mut pipeline, &args))?;
     let lost = tracer.lost_events();
     drop(tracer); // detach before the summary, which says so
     eprintln!(
@@ -96,7 +97,7 @@ pub fn announce(tracer: &Tracer, config: &TracerConfig) {
 
 async fn stream(
     tracer: &mut Tracer,
-    enricher: &mut Enricher,
+    pipeline: &mut Pipeline,
     args: &WatchArgs,
 ) -> anyhow::Result<Tally> {
     // SAFETY: the ring buffer's fd stays open while `tracer` lives, which
@@ -115,11 +116,11 @@ async fn stream(
             guard = ready.readable() => {
                 let mut guard = guard?;
                 guard.clear_ready();
-                write_events(tracer, enricher, args, &mut out, &mut tally)?;
+                write_events(tracer, pipeline, args, &mut out, &mut tally)?;
             }
             _ = majors_poll.tick() => {
                 if !args.devices.all_devices {
-                    watch_new_majors(tracer, enricher)?;
+                    watch_new_majors(tracer, &mut pipeline.enricher)?;
                 }
             }
             _ = interrupt.recv() => break,
@@ -127,13 +128,13 @@ async fn stream(
         }
     }
     // Events already in the ring buffer are part of the run.
-    write_events(tracer, enricher, args, &mut out, &mut tally)?;
+    write_events(tracer, pipeline, args, &mut out, &mut tally)?;
     Ok(tally)
 }
 
 fn write_events(
     tracer: &mut Tracer,
-    enricher: &mut Enricher,
+    pipeline: &mut Pipeline,
     args: &WatchArgs,
     out: &mut impl Write,
     tally: &mut Tally,
@@ -142,7 +143,7 @@ fn write_events(
     tracer.drain(|access| {
         tally.events += 1;
         tally.denied += u64::from(access.verdict.is_denied());
-        let record = enricher.enrich(access);
+        let record = pipeline.process(access);
         if result.is_ok() {
             result = write_record(out, args.format, &record);
         }

@@ -159,11 +159,16 @@ pub struct OpenInFlight {
     pub bpf_retval: i32,
     /// `SYSCALL_*` of the call in flight.
     pub syscall: u16,
-    /// Non-zero once the observer has filled in the device fields.
+    /// `SEEN_*` bits: whether the observer filled in the device fields, and
+    /// whether the device is a watched one.
     pub seen: u16,
 }
 
 const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48);
+
+/// `OpenInFlight::seen` bits.
+pub const SEEN_DEVICE: u16 = 1;
+pub const SEEN_WATCHED: u16 = 2;
 
 #[cfg(feature = "user")]
 mod user {

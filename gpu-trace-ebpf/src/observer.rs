@@ -12,7 +12,9 @@ use aya_ebpf::{
     macros::cgroup_device,
     programs::DeviceContext,
 };
-use gpu_trace_common::{DeviceAccessEvent, DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER};
+use gpu_trace_common::{
+    DeviceAccessEvent, DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER, SEEN_DEVICE, SEEN_WATCHED,
+};
 
 use crate::maps::{
     count_lost_event, current_is_followed, report_allowed, watch_all_devices, EVENTS, IN_FLIGHT,
@@ -28,18 +30,15 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
     let dev = unsafe { &*ctx.device };
     let dev_type = (dev.access_type & 0xffff) as u16;
     let access = (dev.access_type >> 16) as u16;
-    if !is_watched(dev_type, dev.major) || !current_is_followed() {
-        return ALLOW;
-    }
-    // SAFETY: helper without arguments; available to cgroup_device programs
-    // from kernel 5.18, which the loader checks.
-    let bpf_retval = unsafe { bpf_get_retval() };
     let tid = bpf_get_current_pid_tgid() as u32;
 
-    // Inside a traced open call: leave the details for its exit, which knows
-    // the path and the errno.
+    // Inside a traced open call (of a followed process): leave the details
+    // for its exit, which knows the path and the errno. Unwatched devices are
+    // recorded too: a failed open of a /dev/nvidia* node with a stale major
+    // is reported with its device number.
     if let Some(call) = IN_FLIGHT.get_ptr_mut(tid) {
-        // SAFETY: the entry belongs to this thread, which is running here.
+        // SAFETY: the entry belongs to this thread, which is running here;
+        // bpf_get_retval is available from kernel 5.18, which the loader checks.
         let call = unsafe { &mut *call };
         call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
         call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
@@ -48,10 +47,21 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
         call.minor = dev.minor;
         call.access = access;
         call.dev_type = dev_type;
-        call.bpf_retval = bpf_retval;
-        call.seen = 1;
+        call.bpf_retval = unsafe { bpf_get_retval() };
+        call.seen = SEEN_DEVICE
+            | if is_watched(dev_type, dev.major) {
+                SEEN_WATCHED
+            } else {
+                0
+            };
         return ALLOW;
     }
+
+    if !is_watched(dev_type, dev.major) || !current_is_followed() {
+        return ALLOW;
+    }
+    // SAFETY: as above.
+    let bpf_retval = unsafe { bpf_get_retval() };
 
     // Any other way to reach a device (mknod, io_uring, ...): report it now.
     if bpf_retval == 0 && !report_allowed() {

@@ -14,7 +14,8 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     DeviceAccessEvent, OpenInFlight, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER,
-    NVIDIA_DEV_PREFIX, PATH_LEN, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    NVIDIA_DEV_PREFIX, PATH_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_OPEN, SYSCALL_OPENAT,
+    SYSCALL_OPENAT2,
 };
 
 use crate::maps::{count_lost_event, current_is_followed, report_allowed, EVENTS, IN_FLIGHT};
@@ -28,6 +29,7 @@ const RET: usize = 16;
 /// device policy gives.
 const EPERM: i32 = -1;
 const ENOENT: i32 = -2;
+const ENXIO: i32 = -6;
 const EACCES: i32 = -13;
 
 #[tracepoint]
@@ -98,25 +100,30 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     let _ = IN_FLIGHT.remove(tid);
     // SAFETY: the offset comes from the tracepoint's format.
     let ret = unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0) as i32;
-    if call.seen == 0 {
-        // Never reached the device hook. Worth reporting only when an
-        // NVIDIA node is missing or its file mode refused the caller.
-        if (ret == ENOENT || ret == EACCES) && is_nvidia_dev_path(call.path_ptr) {
-            emit(&call, pid_tgid, ret, FLAG_HAS_SYSCALL);
+    let seen = call.seen & SEEN_DEVICE != 0;
+    if call.seen & SEEN_WATCHED != 0 {
+        // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
+        let denied = call.bpf_retval != 0 || ret == EPERM;
+        if denied || report_allowed() {
+            emit(
+                &call,
+                pid_tgid,
+                ret,
+                FLAG_SEEN_BY_OBSERVER | FLAG_HAS_SYSCALL,
+            );
         }
-        return 0;
-    }
-    // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
-    let denied = call.bpf_retval != 0 || ret == EPERM;
-    if denied || report_allowed() {
-        emit(
-            &call,
-            pid_tgid,
-            ret,
-            FLAG_SEEN_BY_OBSERVER | FLAG_HAS_SYSCALL,
-        );
+    } else if is_gpu_failure(ret) && is_nvidia_dev_path(call.path_ptr) {
+        // A GPU node that failed to open for a reason worth naming, though its
+        // major is not watched or it never reached the device hook: missing
+        // (ENOENT), file mode (EACCES), stale major (EPERM, ENXIO).
+        let observed = if seen { FLAG_SEEN_BY_OBSERVER } else { 0 };
+        emit(&call, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
     }
     0
+}
+
+fn is_gpu_failure(ret: i32) -> bool {
+    ret == EPERM || ret == ENOENT || ret == ENXIO || ret == EACCES
 }
 
 fn is_nvidia_dev_path(path_ptr: u64) -> bool {
@@ -134,7 +141,7 @@ fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
     };
     let tid = pid_tgid as u32;
     let event = entry.write(DeviceAccessEvent::zeroed());
-    if call.seen != 0 {
+    if call.seen & SEEN_DEVICE != 0 {
         event.boot_ns = call.boot_ns;
         event.cgroup_id = call.cgroup_id;
         event.uid = call.uid;

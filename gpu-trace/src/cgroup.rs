@@ -5,11 +5,18 @@
 
 use std::{
     collections::HashMap,
-    fs, io,
-    os::unix::fs::MetadataExt,
+    fs::{self, File},
+    io,
+    os::{
+        fd::AsRawFd,
+        unix::{fs::MetadataExt, process::CommandExt},
+    },
     path::{Path, PathBuf},
+    process::Command,
     time::{Duration, Instant},
 };
+
+use anyhow::Context;
 
 /// Finds the cgroup2 mount point in the text of /proc/self/mountinfo:
 /// /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
@@ -46,6 +53,37 @@ pub fn cgroup2_mount() -> io::Result<Option<PathBuf>> {
     Ok(cgroup2_mount_in(&fs::read_to_string(
         "/proc/self/mountinfo",
     )?))
+}
+
+/// Makes `command`'s child move itself into each cgroup directory in `dirs`
+/// between fork and exec, so its first instruction already runs under their
+/// device policies. The returned files must stay open until the spawn.
+pub fn place_child_in(command: &mut Command, dirs: &[&Path]) -> anyhow::Result<Vec<File>> {
+    let procs = dirs
+        .iter()
+        .map(|dir| {
+            let path = dir.join("cgroup.procs");
+            File::options()
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))
+        })
+        .collect::<anyhow::Result<Vec<File>>>()?;
+    let fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
+    // SAFETY: only async-signal-safe calls (write) between fork and exec;
+    // `fds` was allocated before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            for &fd in &fds {
+                // "0" moves the writing process itself.
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(procs)
 }
 
 /// mountinfo writes space, tab, newline and backslash as octal escapes.
@@ -107,6 +145,15 @@ impl CgroupPaths {
             self.rescan();
         }
         self.by_id.get(&id).map(PathBuf::as_path)
+    }
+
+    /// Every cgroup there is now, relative to the mount.
+    pub fn all(&mut self) -> Vec<PathBuf> {
+        self.rescan();
+        let mut paths: Vec<PathBuf> = self.by_id.values().cloned().collect();
+        paths.sort();
+        paths.dedup();
+        paths
     }
 
     /// Walks the whole hierarchy; directories that vanish mid-walk are skipped.

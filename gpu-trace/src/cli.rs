@@ -1,5 +1,7 @@
 //! The command line.
 
+use std::{ffi::OsString, path::PathBuf};
+
 use clap::{Args, Parser, Subcommand};
 
 use crate::output::Format;
@@ -26,6 +28,18 @@ pub enum Command {
     gpu-trace watch --all                allowed accesses too: who opens the GPUs
     gpu-trace watch --major 511 -x       also major 511; -x: every device")]
     Watch(WatchArgs),
+    /// Run CMD, follow its process tree, and report each denied GPU device access with its cause and fix.
+    #[command(
+        after_help = "gpu-trace's own lines go to stderr; CMD's output passes through untouched. \
+Exits with CMD's status (128+N when killed by signal N; 127 when CMD cannot be found, 126 when it cannot be run).
+
+EXAMPLES:
+    gpu-trace run -- python3 -c 'import torch; torch.cuda.init()'
+    gpu-trace run --container 200 -- ./cuda-probe        under CT 200's device policy, from the host
+    gpu-trace run --cgroup /system.slice/ollama.service -- nvidia-smi
+    gpu-trace run --format json -- ./train.sh 2> trace.jsonl"
+    )]
+    Run(RunArgs),
     /// Reproduce the nvidia-uvm incident in a scratch cgroup and show the tracer catching it.
     #[command(
         after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1)."
@@ -49,6 +63,24 @@ pub struct WatchArgs {
     pub all: bool,
     #[command(flatten)]
     pub devices: DeviceSelection,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Start CMD inside this cgroup (a path under the cgroup2 mount, or relative to it like /lxc/200).
+    #[arg(long, value_name = "PATH", conflicts_with = "container")]
+    pub cgroup: Option<PathBuf>,
+    /// Start CMD inside this container's cgroup: an LXC name or CT id, or a (short) container id.
+    #[arg(long, value_name = "NAME-OR-ID")]
+    pub container: Option<String>,
+    /// Format of gpu-trace's own lines on stderr.
+    #[arg(short, long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    #[command(flatten)]
+    pub devices: DeviceSelection,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
 }
 
 /// Which devices to watch; shared by the commands that trace.

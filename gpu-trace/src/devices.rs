@@ -17,9 +17,14 @@ pub const NVIDIA_DYNAMIC_DRIVERS: [&str; 4] = [
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CharMajors(BTreeMap<u32, String>);
 
+/// Read majors from this file instead of /proc/devices: to diagnose against
+/// a copy saved on another host or before a driver update, and for tests.
+pub const PROC_DEVICES_ENV: &str = "GPU_TRACE_PROC_DEVICES";
+
 impl CharMajors {
     pub fn read() -> io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string("/proc/devices")?))
+        let path = std::env::var_os(PROC_DEVICES_ENV).unwrap_or_else(|| "/proc/devices".into());
+        Ok(Self::parse(&fs::read_to_string(path)?))
     }
 
     pub fn parse(text: &str) -> Self {

@@ -17,6 +17,7 @@ pub mod identity;
 pub mod output;
 pub mod pipeline;
 pub mod preflight;
+pub mod report;
 pub mod scenario;
 pub mod tracefs;
 pub mod tracer;

@@ -8,17 +8,22 @@ use gpu_trace::{
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Watch(args) => commands::watch::run(args).map(|()| true),
-        Command::Selftest => commands::selftest::run(),
-        Command::Probe { ops } => scenario::probe_main(&ops).map(|()| true),
-    };
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("gpu-trace: error: {error:#}");
-            ExitCode::from(preflight::exit_code_for(&error))
+    let passed = |ok: bool| {
+        if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
         }
-    }
+    };
+    let result = match cli.command {
+        Command::Watch(args) => commands::watch::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => commands::run::run(args).map(ExitCode::from),
+        Command::Selftest => commands::selftest::run().map(passed),
+        Command::Probe { ops } => scenario::probe_main(&ops).map(|()| ExitCode::SUCCESS),
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("gpu-trace: error: {error:#}");
+        let not_started = error.downcast_ref::<commands::run::CommandNotStarted>();
+        ExitCode::from(not_started.map_or_else(|| preflight::exit_code_for(&error), |e| e.code))
+    })
 }

@@ -32,6 +32,11 @@ pub fn write_record(out: &mut impl Write, format: Format, record: &Record) -> io
     }
 }
 
+/// The JSON lines object of one record, as a value (for reports).
+pub fn record_json(record: &Record) -> serde_json::Value {
+    serde_json::to_value(JsonRecord::from(record)).expect("plain data serializes")
+}
+
 pub fn human_line(record: &Record) -> String {
     let a = &record.access;
     let time: DateTime<Local> = record.time.into();

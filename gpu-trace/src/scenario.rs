@@ -6,7 +6,6 @@
 use std::{
     fs::{self, File},
     io::Write,
-    os::{fd::AsRawFd, unix::process::CommandExt},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
@@ -110,6 +109,18 @@ impl ScratchPolicy {
         Ok(Self { ebpf })
     }
 
+    /// Changes the policy while it is attached, as a runtime rewriting a
+    /// container's device rules would: deny `access` bits for `major`.
+    pub fn set_rule(&mut self, major: u32, access: u16) -> anyhow::Result<()> {
+        let mut deny: HashMap<_, u32, u32> = HashMap::try_from(
+            self.ebpf
+                .map_mut(map::DENY_RULES)
+                .context("DENY_RULES missing from the policy object")?,
+        )?;
+        deny.insert(major, u32::from(access), 0)?;
+        Ok(())
+    }
+
     /// The kernel's id for the policy program, as `bpftool prog` shows it.
     pub fn program_id(&self) -> Option<u32> {
         let policy: &CgroupDevice = self
@@ -211,6 +222,8 @@ pub enum ProbeOp {
         major: u32,
         minor: u32,
     },
+    /// Wait until this file exists (lets a test change a policy mid-run).
+    WaitFor { path: PathBuf },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,6 +269,7 @@ impl ProbeOp {
             ProbeOp::Mknod { path, major, minor } => {
                 format!("mknod:{major}:{minor}:{}", path.display())
             }
+            ProbeOp::WaitFor { path } => format!("wait-for:{}", path.display()),
         }
     }
 
@@ -277,6 +291,7 @@ impl ProbeOp {
                 let path = parts.next().ok_or_else(bad)?.into();
                 ProbeOp::Mknod { path, major, minor }
             }
+            "wait-for" => ProbeOp::WaitFor { path: rest.into() },
             _ => return Err(bad()),
         })
     }
@@ -304,6 +319,17 @@ impl ProbeOp {
                 }
                 made
             }
+            ProbeOp::WaitFor { path } => {
+                let deadline = std::time::Instant::now() + PROBE_WAIT_LIMIT;
+                while !path.exists() && std::time::Instant::now() < deadline {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                if path.exists() {
+                    Ok(())
+                } else {
+                    Err(nix::errno::Errno::ETIMEDOUT)
+                }
+            }
         };
         match result {
             Ok(()) => 0,
@@ -311,6 +337,9 @@ impl ProbeOp {
         }
     }
 }
+
+/// How long a `wait-for` operation waits before giving up with ETIMEDOUT.
+const PROBE_WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 /// What a probe child did: its pid and, per operation, 0 or the errno.
 #[derive(Debug, Clone)]
@@ -338,30 +367,8 @@ pub fn run_probe(
         .args(ops.iter().map(ProbeOp::to_arg))
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    let procs = cgroups
-        .iter()
-        .map(|c| {
-            let path = c.path().join("cgroup.procs");
-            File::options()
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("opening {}", path.display()))
-        })
-        .collect::<anyhow::Result<Vec<File>>>()?;
-    let fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
-    // SAFETY: only async-signal-safe calls (write) between fork and exec;
-    // `fds` was allocated before the fork.
-    unsafe {
-        command.pre_exec(move || {
-            for &fd in &fds {
-                // "0" moves the writing process itself.
-                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    let dirs: Vec<&Path> = cgroups.iter().map(|c| c.path()).collect();
+    let _procs = crate::cgroup::place_child_in(&mut command, &dirs)?;
     let child = command
         .spawn()
         .with_context(|| format!("starting {}", gpu_trace_bin.display()))?;

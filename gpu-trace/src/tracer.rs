@@ -31,6 +31,8 @@ pub struct TracerConfig {
     pub all_devices: bool,
     /// Report allowed accesses too, not only denied ones.
     pub report_allowed: bool,
+    /// Report only processes added with `follow` and their descendants.
+    pub follow_process_tree: bool,
 }
 
 /// One open-family syscall: its tracepoints and the programs for them.
@@ -71,6 +73,7 @@ pub struct Tracer {
     _ebpf: Ebpf,
     events: RingBuf<MapData>,
     watched_majors: HashMap<MapData, u32, u8>,
+    followed: Option<HashMap<MapData, u32, u8>>,
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,
     notes: Vec<String>,
@@ -84,9 +87,17 @@ impl Tracer {
         let tracefs_note = crate::tracefs::ensure_mounted()?;
         let all_devices = u8::from(config.all_devices);
         let report_allowed = u8::from(config.report_allowed);
+        let follow = u8::from(config.follow_process_tree);
+        let child_pid_offset = if config.follow_process_tree {
+            crate::tracefs::field_offset("sched", "sched_process_fork", "child_pid")?
+        } else {
+            0
+        };
         let mut ebpf = EbpfLoader::new()
             .override_global(global::WATCH_ALL_DEVICES, &all_devices, true)
             .override_global(global::REPORT_ALLOWED, &report_allowed, true)
+            .override_global(global::FOLLOW_PROCESS_TREE, &follow, true)
+            .override_global(global::FORK_CHILD_PID_OFFSET, &child_pid_offset, true)
             .load(TRACER_OBJECT)
             .context("loading gpu-trace's eBPF object")?;
 
@@ -99,6 +110,32 @@ impl Tracer {
         }
 
         let mut hooks = Vec::new();
+        let followed = if config.follow_process_tree {
+            // Required in this mode: without them descendants would go unseen.
+            for (program, event) in [
+                (program::FOLLOW_FORK, "sched_process_fork"),
+                (program::FOLLOW_EXIT, "sched_process_exit"),
+            ] {
+                let tracepoint = tracepoint_mut(&mut ebpf, program)?;
+                tracepoint
+                    .load()
+                    .with_context(|| format!("loading {program}"))?;
+                tracepoint
+                    .attach("sched", event)
+                    .map_err(|e| Unsupported::HookRefused {
+                        hook: format!("tracepoint sched:{event}"),
+                        reason: format!("{e}; without it the process tree cannot be followed"),
+                    })?;
+            }
+            hooks.push(Hook {
+                name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)"
+                    .into(),
+                refused: None,
+            });
+            Some(HashMap::try_from(take_map(&mut ebpf, map::FOLLOWED)?)?)
+        } else {
+            None
+        };
         for syscall in &OPEN_SYSCALLS {
             let refused = attach_open_syscall(&mut ebpf, syscall).err().map(|e| {
                 format!(
@@ -123,6 +160,7 @@ impl Tracer {
             _ebpf: ebpf,
             events,
             watched_majors,
+            followed,
             lost_events,
             hooks,
             notes: tracefs_note.into_iter().collect(),
@@ -150,6 +188,28 @@ impl Tracer {
                 .insert(major, 1, 0)
                 .with_context(|| format!("adding major {major} to the watch list"))?;
         }
+        Ok(())
+    }
+
+    /// Adds a process to the followed tree; its later forks join by themselves.
+    pub fn follow(&mut self, pid: u32) -> anyhow::Result<()> {
+        let followed = self
+            .followed
+            .as_mut()
+            .context("the tracer was not started to follow a process tree")?;
+        followed
+            .insert(pid, 1, 0)
+            .with_context(|| format!("following pid {pid}"))?;
+        Ok(())
+    }
+
+    pub fn unfollow(&mut self, pid: u32) -> anyhow::Result<()> {
+        let followed = self
+            .followed
+            .as_mut()
+            .context("the tracer was not started to follow a process tree")?;
+        // Already gone (it exited) is fine.
+        let _ = followed.remove(&pid);
         Ok(())
     }
 

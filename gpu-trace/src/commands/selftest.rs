@@ -70,6 +70,7 @@ pub fn run() -> anyhow::Result<bool> {
         majors: vec![frontend, uvm_standin],
         all_devices: false,
         report_allowed: true,
+        ..TracerConfig::default()
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
     for hook in tracer.hooks() {

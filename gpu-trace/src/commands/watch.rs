@@ -66,6 +66,7 @@ pub fn tracer_config(
         majors: watched,
         all_devices: devices.all_devices,
         report_allowed,
+        follow_process_tree: false,
     }
 }
 

@@ -1,0 +1,328 @@
+//! `gpu-trace run -- CMD`: a one-shot trace of a failing CUDA launch.
+//!
+//! The tracer follows CMD's process tree in the kernel (forks join, exits
+//! leave), streams the tree's problems to stderr as they happen, and when
+//! CMD exits prints each distinct problem once with its cause and fix.
+//! gpu-trace exits with CMD's status.
+
+use std::{
+    ffi::OsString,
+    io::{self, Write},
+    os::unix::process::ExitStatusExt,
+    path::{Path, PathBuf},
+    process::ExitStatus,
+};
+
+use anyhow::{bail, Context};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::{getpgrp, tcgetpgrp, Pid},
+};
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    signal::unix::{signal, SignalKind},
+};
+
+use crate::{
+    cgroup::{place_child_in, CgroupPaths},
+    cli::RunArgs,
+    commands::watch::tracer_config,
+    devices::CharMajors,
+    identity::{identify, matches, NameSources},
+    output::{write_record, Format},
+    pipeline::Pipeline,
+    preflight::{check_host, Host},
+    report::Report,
+    tracer::Tracer,
+};
+
+/// Runs the command and returns the status gpu-trace should exit with.
+pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let host = check_host()?;
+    let majors = CharMajors::read().context("reading /proc/devices")?;
+    let mut cgroups = CgroupPaths::new(&host.cgroup2_mount);
+    let target = target_cgroup(&args, &host, &mut cgroups)?;
+
+    // Allowed accesses come too: the diagnosis learns from them (for
+    // example, that 195 was allowed where uvm was denied).
+    let mut config = tracer_config(&args.devices, &majors, true);
+    config.follow_process_tree = true;
+    let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
+    for hook in tracer.hooks().iter().filter(|h| h.refused.is_some()) {
+        eprintln!(
+            "gpu-trace: hook refused: {}: {}",
+            hook.name,
+            hook.refused.as_deref().unwrap_or("")
+        );
+    }
+    let mut pipeline = Pipeline::new(cgroups, majors);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    let command_text = shell_words(&args.command);
+    let (status, report) = runtime.block_on(trace_command(
+        &mut tracer,
+        &mut pipeline,
+        &args,
+        target.as_deref(),
+    ))?;
+    let lost = tracer.lost_events();
+    drop(tracer);
+
+    let exit_code = exit_code_of(status);
+    let mut err = io::stderr().lock();
+    match args.format {
+        Format::Human => {
+            report.write_human(&mut err, &command_text, &describe_status(status))?;
+            if lost > 0 {
+                writeln!(err, "gpu-trace: {lost} events were lost (ring buffer full); the report may be incomplete")?;
+            }
+        }
+        Format::Json => {
+            let words: Vec<String> = args
+                .command
+                .iter()
+                .map(|w| w.to_string_lossy().into_owned())
+                .collect();
+            let mut summary = report.to_json(&words, i32::from(exit_code));
+            summary["report"]["lost"] = lost.into();
+            writeln!(err, "{summary}")?;
+        }
+    }
+    Ok(exit_code)
+}
+
+/// The cgroup to start CMD in, if one was asked for.
+fn target_cgroup(
+    args: &RunArgs,
+    host: &Host,
+    cgroups: &mut CgroupPaths,
+) -> anyhow::Result<Option<PathBuf>> {
+    if let Some(path) = &args.cgroup {
+        let full = if path.starts_with(&host.cgroup2_mount) {
+            path.clone()
+        } else {
+            host.cgroup2_mount
+                .join(path.strip_prefix("/").unwrap_or(path))
+        };
+        if !full.join("cgroup.procs").exists() {
+            bail!(
+                "{} is not a cgroup under the cgroup2 mount {}",
+                path.display(),
+                host.cgroup2_mount.display()
+            );
+        }
+        return Ok(Some(full));
+    }
+    let Some(query) = &args.container else {
+        return Ok(None);
+    };
+    let names = NameSources::default();
+    let mut found: Vec<String> = cgroups
+        .all()
+        .iter()
+        .map(|p| identify(&p.to_string_lossy(), &names))
+        .filter(|c| matches(c, query))
+        .map(|c| c.cgroup)
+        .collect();
+    found.sort();
+    found.dedup();
+    match found.as_slice() {
+        [] => bail!("no running container matches {query:?} (looked for LXC names and CT ids, container ids and names under {})", host.cgroup2_mount.display()),
+        [one] => Ok(Some(where_processes_live(&host.cgroup2_mount.join(one.trim_start_matches('/'))))),
+        many => bail!("{query:?} matches several containers: {}; give more of the id", many.join(", ")),
+    }
+}
+
+/// A container's processes may sit in a child of its top cgroup (cgroup v2
+/// puts processes only in leaves once controllers are enabled below): use
+/// the first directory that holds any, the top one if none does.
+fn where_processes_live(top: &Path) -> PathBuf {
+    let mut pending = vec![top.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let busy = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .is_ok_and(|procs| !procs.trim().is_empty());
+        if busy {
+            return dir;
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            let mut children: Vec<PathBuf> = entries
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.path())
+                .collect();
+            children.sort();
+            pending.extend(children.into_iter().rev());
+        }
+    }
+    top.to_path_buf()
+}
+
+async fn trace_command(
+    tracer: &mut Tracer,
+    pipeline: &mut Pipeline,
+    args: &RunArgs,
+    target: Option<&Path>,
+) -> anyhow::Result<(ExitStatus, Report)> {
+    let mut command = std::process::Command::new(&args.command[0]);
+    command.args(&args.command[1..]);
+    let cgroup_procs = match target {
+        Some(dir) => place_child_in(&mut command, &[dir])?,
+        None => Vec::new(),
+    };
+    // Our own process joins the followed tree just for the fork: the child
+    // is followed from its first instruction, with no race.
+    let me = std::process::id();
+    tracer.follow(me)?;
+    let spawned = tokio::process::Command::from(command).spawn();
+    tracer.unfollow(me)?;
+    drop(cgroup_procs);
+    let mut child = spawned.map_err(|e| spawn_error(&args.command[0], e))?;
+    let child_pid = child.id().context("the child has no pid")?;
+    if let Some(dir) = target {
+        eprintln!(
+            "gpu-trace: started pid {child_pid} in cgroup {}",
+            dir.display()
+        );
+    }
+
+    // SAFETY: the ring buffer's fd stays open while `tracer` lives, which
+    // outlasts `ready` (dropped at the end of this function).
+    let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigquit = signal(SignalKind::quit())?;
+    let mut report = Report::default();
+    let mut stream = |tracer: &mut Tracer| {
+        let mut err = io::stderr().lock();
+        tracer.drain(|access| {
+            let record = pipeline.process(access);
+            if record.access.verdict.is_problem() {
+                let _ = write_record(&mut err, args.format, &record);
+                report.add(&record);
+            }
+        });
+    };
+
+    let status = loop {
+        tokio::select! {
+            guard = ready.readable() => {
+                guard?.clear_ready();
+                stream(tracer);
+            }
+            status = child.wait() => break status?,
+            _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),
+            _ = sigterm.recv() => forward(child_pid, Signal::SIGTERM, false),
+            _ = sighup.recv() => forward(child_pid, Signal::SIGHUP, false),
+            _ = sigquit.recv() => forward(child_pid, Signal::SIGQUIT, true),
+        }
+    };
+    // Every access of the tree happened before its exit; what is still in
+    // the ring buffer belongs to the run.
+    stream(tracer);
+    Ok((status, report))
+}
+
+/// Passes a signal on to CMD. Keyboard signals (Ctrl-C, Ctrl-\) already
+/// reached CMD when both share the terminal's foreground process group;
+/// sending them again would deliver them twice.
+fn forward(child: u32, signal: Signal, from_keyboard: bool) {
+    let terminal_sent_it = from_keyboard && tcgetpgrp(io::stdin()).is_ok_and(|fg| fg == getpgrp());
+    if !terminal_sent_it {
+        let _ = kill(Pid::from_raw(child as i32), signal);
+    }
+}
+
+fn spawn_error(program: &OsString, error: io::Error) -> anyhow::Error {
+    let code = match error.kind() {
+        io::ErrorKind::NotFound => 127,
+        _ => 126,
+    };
+    CommandNotStarted {
+        code,
+        message: format!("cannot run {}: {error}", program.to_string_lossy()),
+    }
+    .into()
+}
+
+/// CMD could not be started; the exit status says why, as shells do.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CommandNotStarted {
+    pub code: u8,
+    message: String,
+}
+
+/// CMD's exit code, or 128+N when a signal N killed it.
+fn exit_code_of(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.saturating_add(signal as u8),
+        (None, None) => 1,
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => {
+            let name = Signal::try_from(signal)
+                .map_or_else(|_| signal.to_string(), |s| s.as_str().to_string());
+            format!("was killed by {name}")
+        }
+        (None, None) => "ended".into(),
+    }
+}
+
+/// The command as a person would type it, for the report.
+fn shell_words(words: &[OsString]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            let w = w.to_string_lossy();
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                w.into_owned()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_shell_conventions() {
+        assert_eq!(exit_code_of(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code_of(ExitStatus::from_raw(9)), 137, "SIGKILL");
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(9)),
+            "was killed by SIGKILL"
+        );
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(0)),
+            "exited with status 0"
+        );
+    }
+
+    #[test]
+    fn commands_are_quoted_for_the_report() {
+        let words: Vec<OsString> = ["python3", "-c", "import torch; x='a'"]
+            .map(OsString::from)
+            .to_vec();
+        assert_eq!(
+            shell_words(&words),
+            r"python3 -c 'import torch; x='\''a'\'''"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! What the kernel tests share: the host check that decides run or skip,
+//! scratch cgroups, the incident's pieces, and a background `watch`.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{mpsc, Arc, Mutex},
+    thread,
+    time::{Duration, Instant},
+};
+
+use gpu_trace::{
+    devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
+    preflight::{check_host, Host},
+    scenario::{DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
+};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
+use serde_json::Value;
+
+pub const GPU_TRACE: &str = env!("CARGO_BIN_EXE_gpu-trace");
+/// Generous: these machines are noisy. Only bounds a wait, never asserted as speed.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The host, or None (with the reason printed) when this test cannot run.
+pub fn kernel_test(name: &str) -> Option<Host> {
+    let skip = |why: String| {
+        if std::env::var("GPU_TRACE_REQUIRE_KERNEL_TESTS").is_ok_and(|v| v == "1") {
+            panic!("{name} cannot run but is required here: {why}");
+        }
+        eprintln!("skipping {name}: {why}");
+        None
+    };
+    match check_host() {
+        Ok(host) => Some(host),
+        Err(e) => skip(format!("{e:#}")),
+    }
+}
+
+/// A major no driver owns, standing in for the dynamic nvidia-uvm major.
+pub fn uvm_standin() -> u32 {
+    CharMajors::read()
+        .expect("read /proc/devices")
+        .unused_dynamic_major()
+        .expect("a free dynamic major")
+}
+
+pub fn scratch_cgroup(host: &Host, test: &str) -> ScratchCgroup {
+    ScratchCgroup::create(
+        &host.cgroup2_mount,
+        &format!("gpu-trace-test-{test}-{}", std::process::id()),
+    )
+    .expect("create scratch cgroup")
+}
+
+/// `gpu-trace watch ...` running in the background, its stdout collected
+/// line by line as it comes.
+pub struct Watcher {
+    pub child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    stderr: mpsc::Receiver<String>,
+    pub stderr_seen: Vec<String>,
+}
+
+impl Watcher {
+    /// Starts the watcher and waits for its "ready" line on stderr.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(GPU_TRACE)
+            .arg("watch")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpu-trace watch");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("stdout piped");
+        let sink = Arc::clone(&lines);
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                sink.lock().expect("lines lock").push(line);
+            }
+        });
+        let (send, stderr) = mpsc::channel();
+        let err = child.stderr.take().expect("stderr piped");
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = send.send(line);
+            }
+        });
+        let mut watcher = Self {
+            child,
+            lines,
+            stderr,
+            stderr_seen: Vec::new(),
+        };
+        watcher.wait_for_stderr("gpu-trace: ready");
+        watcher
+    }
+
+    pub fn wait_for_stderr(&mut self, prefix: &str) {
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            match self.stderr.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let found = line.starts_with(prefix);
+                    self.stderr_seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        panic!(
+            "gpu-trace never printed {prefix:?}; stderr so far: {:#?}",
+            self.stderr_seen
+        );
+    }
+
+    /// JSON events on stdout so far whose pid is `pid`.
+    pub fn events_of(&self, pid: u32) -> Vec<Value> {
+        self.lines
+            .lock()
+            .expect("lines lock")
+            .iter()
+            .map(|line| {
+                serde_json::from_str::<Value>(line)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+            })
+            .filter(|event| event["pid"] == pid)
+            .collect()
+    }
+
+    /// Waits until `count` events of `pid` have been streamed, while the
+    /// watcher still runs: proves the output is live, not written at exit.
+    pub fn wait_for_events(&self, pid: u32, count: usize) -> Vec<Value> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let events = self.events_of(pid);
+            if events.len() >= count || Instant::now() > deadline {
+                return events;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGINT, then wait: returns the exit status and the remaining stderr.
+    pub fn stop(mut self) -> (ExitStatus, Vec<String>) {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGINT).expect("signal watcher");
+        let status = self.child.wait().expect("wait for watcher");
+        // The stderr thread ends at EOF; collect what it read.
+        while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(2)) {
+            self.stderr_seen.push(line);
+        }
+        (status, std::mem::take(&mut self.stderr_seen))
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The incident's pieces: a cgroup whose policy denies the uvm stand-in
+/// (rwm) and allows everything else, and one node of each kind.
+pub struct Incident {
+    pub nodes: DeviceNodes,
+    pub policy: ScratchPolicy,
+    pub cgroup: ScratchCgroup,
+    pub uvm_major: u32,
+}
+
+impl Incident {
+    pub fn new(host: &Host, test: &str) -> Self {
+        let uvm_major = uvm_standin();
+        let cgroup = scratch_cgroup(host, test);
+        let policy = ScratchPolicy::attach(
+            &cgroup,
+            &[(uvm_major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
+        )
+        .expect("attach deny policy to scratch cgroup");
+        let nodes = DeviceNodes::create(&[
+            ("nvidia-uvm", uvm_major, 0),
+            ("nvidia0", NVIDIA_FRONTEND_MAJOR, 0),
+            ("nvidiactl", NVIDIA_FRONTEND_MAJOR, 255),
+        ])
+        .expect("mknod device nodes");
+        Self {
+            nodes,
+            policy,
+            cgroup,
+            uvm_major,
+        }
+    }
+
+    pub fn open_rw(&self, node: &str) -> ProbeOp {
+        ProbeOp::Open {
+            path: self.nodes.path(node),
+            mode: OpenMode::ReadWrite,
+        }
+    }
+}

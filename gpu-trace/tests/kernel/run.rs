@@ -1,0 +1,502 @@
+//! `gpu-trace run`: one-shot traces, process-tree following and one
+//! scenario per root cause, against the real kernel.
+
+use std::{
+    fs,
+    io::{BufRead, BufReader},
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use gpu_trace::{
+    cgroup::v1_controller_mount_in,
+    devices::NVIDIA_FRONTEND_MAJOR,
+    scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
+};
+use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use serde_json::Value;
+
+use crate::common::*;
+
+/// `__probe` arguments for opening nodes the way CUDA does at start-up.
+fn cuda_like_opens(incident: &Incident) -> Vec<String> {
+    ["nvidiactl", "nvidia0", "nvidia-uvm"]
+        .iter()
+        .map(|node| {
+            ProbeOp::Open {
+                path: incident.nodes.path(node),
+                mode: OpenMode::ReadWrite,
+            }
+            .to_arg()
+        })
+        .collect()
+}
+
+/// `gpu-trace run ARGS -- CMD...`, to completion.
+fn gpu_trace_run(args: &[&str], command: &[String]) -> Output {
+    Command::new(GPU_TRACE)
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(command)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run gpu-trace run")
+}
+
+/// The closing JSON report and the event lines from `run --format json`'s stderr.
+fn json_report(output: &Output) -> (Value, Vec<Value>) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!(
+        "gpu-trace run stdout:\n{}\nstderr:\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let values: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let report = values
+        .iter()
+        .find(|v| v.get("report").is_some())
+        .cloned()
+        .unwrap_or_else(|| panic!("no report in: {stderr}"));
+    let events = values
+        .into_iter()
+        .filter(|v| v.get("pid").is_some())
+        .collect();
+    (report["report"].clone(), events)
+}
+
+fn probe_in_shell(probe_args: &[String], shell_tail: &str) -> Vec<String> {
+    let quoted: Vec<String> = probe_args.iter().map(|a| format!("'{a}'")).collect();
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("{GPU_TRACE} __probe {}{shell_tail}", quoted.join(" ")),
+    ]
+}
+
+#[test]
+fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
+    let Some(host) = kernel_test("run_reports_the_denied_uvm_open") else {
+        return;
+    };
+    let incident = Incident::new(&host, "run-uvm");
+    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
+    // The shell forks the probe: the report covers children, and the exit
+    // status is the shell's own.
+    let command = probe_in_shell(&cuda_like_opens(&incident), "; exit 7");
+
+    // The stand-in has no driver, so it is not among the NVIDIA majors
+    // watched by default: name it, as the real uvm major would be.
+    let major_arg = incident.uvm_major.to_string();
+    let human = gpu_trace_run(&["--cgroup", &cgroup, "--major", &major_arg], &command);
+    let stdout = String::from_utf8_lossy(&human.stdout);
+    let stderr = String::from_utf8_lossy(&human.stderr);
+    assert_eq!(human.status.code(), Some(7), "CMD's status: {stderr}");
+    let results: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        results.len(),
+        3,
+        "CMD's stdout passes through untouched: {stdout:?}"
+    );
+    assert_eq!(results[2], libc::EPERM.to_string(), "uvm denied");
+    let major = incident.uvm_major;
+    assert!(
+        stderr.contains(&format!(
+            "DENIED x1  {}",
+            incident.nodes.path("nvidia-uvm").display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 problem with GPU devices"),
+        "only uvm is a problem: {stderr}"
+    );
+    assert!(
+        stderr.contains("cause (dynamic-major-not-allowed)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("allow c {major}:* rwm")),
+        "fix names the uvm major: {stderr}"
+    );
+
+    let json = gpu_trace_run(
+        &[
+            "--cgroup", &cgroup, "--format", "json", "--major", &major_arg,
+        ],
+        &command,
+    );
+    assert_eq!(json.status.code(), Some(7));
+    let (report, events) = json_report(&json);
+    assert_eq!(report["exit_status"], 7);
+    assert_eq!(report["lost"], 0);
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    assert_eq!(problems[0]["count"], 1);
+    let event = &problems[0]["event"];
+    assert_eq!(event["device"], "nvidia-uvm");
+    assert_eq!(event["major"], major);
+    assert_eq!(event["cause"], "dynamic-major-not-allowed");
+    assert_eq!(event["comm"], "gpu-trace-probe");
+    assert_eq!(
+        event["cgroup"],
+        incident.cgroup.relative_path().to_str().expect("utf-8")
+    );
+    assert_eq!(events.len(), 1, "streamed as it happened too: {events:#?}");
+}
+
+#[test]
+fn run_follows_grandchildren_and_ignores_unrelated_processes() {
+    let Some(host) = kernel_test("run_follows_grandchildren") else {
+        return;
+    };
+    let incident = Incident::new(&host, "run-tree");
+    let go = incident.nodes.dir().join("go");
+    let uvm = incident.open_rw("nvidia-uvm");
+    let grandchild = [ProbeOp::WaitFor { path: go.clone() }.to_arg(), uvm.to_arg()];
+    // sh forks a subshell that forks the probe: a grandchild of CMD.
+    let command = probe_in_shell(&grandchild, " & wait");
+    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
+
+    let major = incident.uvm_major.to_string();
+    let run = Command::new(GPU_TRACE)
+        .args([
+            "run", "--format", "json", "--major", &major, "--cgroup", &cgroup, "--",
+        ])
+        .args(&command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpu-trace run");
+    // Once the grandchild waits in the scratch cgroup, the tracer is attached.
+    wait_until("the grandchild to start", || {
+        procs_in(incident.cgroup.path()).len() >= 2
+    });
+
+    // The same denied open, at the same time, from outside the tree.
+    let unrelated =
+        run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &[uvm]).expect("unrelated probe");
+    assert_eq!(unrelated.results, [libc::EPERM]);
+    fs::write(&go, "").expect("release the grandchild");
+
+    let output = run.wait_with_output().expect("wait for gpu-trace run");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (report, events) = json_report(&output);
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    assert_eq!(
+        problems[0]["count"], 1,
+        "the grandchild's open only: {report:#}"
+    );
+    assert!(
+        events.iter().all(|e| e["pid"] != unrelated.pid),
+        "unrelated pid {} reported: {events:#?}",
+        unrelated.pid
+    );
+    assert_eq!(events.len(), 1, "{events:#?}");
+}
+
+#[test]
+fn run_names_rules_rewritten_while_the_process_ran() {
+    let Some(host) = kernel_test("run_names_rules_rewritten") else {
+        return;
+    };
+    let mut incident = Incident::new(&host, "run-rewrite");
+    let go = incident.nodes.dir().join("go");
+    let ops = [
+        incident.open_rw("nvidia0").to_arg(),
+        ProbeOp::WaitFor { path: go.clone() }.to_arg(),
+        incident.open_rw("nvidia0").to_arg(),
+    ];
+    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
+    let mut run = Command::new(GPU_TRACE)
+        .args([
+            "run", "--format", "json", "--cgroup", &cgroup, "--", GPU_TRACE, "__probe",
+        ])
+        .args(&ops)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpu-trace run");
+    // The probe prints each result as it goes: the first open is done.
+    let mut stdout = BufReader::new(run.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("first result");
+    assert_ne!(
+        first.trim(),
+        libc::EPERM.to_string(),
+        "195 allowed at first"
+    );
+
+    // The runtime rewrites the container's rules: 195 is denied now.
+    incident
+        .policy
+        .set_rule(NVIDIA_FRONTEND_MAJOR, ACCESS_READ | ACCESS_WRITE)
+        .expect("rewrite the policy");
+    fs::write(&go, "").expect("release the probe");
+    let output = run.wait_with_output().expect("wait for gpu-trace run");
+    let (report, _) = json_report(&output);
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    let event = &problems[0]["event"];
+    assert_eq!(event["device"], "nvidia0");
+    assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
+}
+
+#[test]
+fn run_names_a_stale_major_from_todays_proc_devices() {
+    let Some(host) = kernel_test("run_names_a_stale_major") else {
+        return;
+    };
+    let incident = Incident::new(&host, "run-stale");
+    // Today nvidia-uvm has another major than the node (and the policy's deny
+    // rule) carry: as after a driver update. gpu-trace reads it from a copy.
+    let today = incident.uvm_major - 3;
+    let proc_devices = incident.nodes.dir().join("devices");
+    fs::write(
+        &proc_devices,
+        format!("Character devices:\n195 nvidia-frontend\n{today} nvidia-uvm\n\nBlock devices:\n"),
+    )
+    .expect("write devices copy");
+    let major = incident.uvm_major.to_string();
+    let output = Command::new(GPU_TRACE)
+        .args([
+            "run",
+            "--format",
+            "json",
+            "--major",
+            &major,
+            "--cgroup",
+            incident.cgroup.path().to_str().expect("utf-8"),
+            "--",
+        ])
+        .args(probe_in_shell(&cuda_like_opens(&incident), ""))
+        .env("GPU_TRACE_PROC_DEVICES", &proc_devices)
+        .output()
+        .expect("run gpu-trace run");
+    let (report, _) = json_report(&output);
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    let event = &problems[0]["event"];
+    assert_eq!(event["cause"], "stale-major", "{event:#}");
+    assert_eq!(event["major"], incident.uvm_major);
+    let hint = event["hint"].as_str().expect("hint");
+    assert!(
+        hint.contains(&format!("c {today}:* rwm")),
+        "fix uses today's major: {hint}"
+    );
+}
+
+#[test]
+fn run_names_a_missing_node() {
+    let Some(_host) = kernel_test("run_names_a_missing_node") else {
+        return;
+    };
+    if Path::new("/dev/nvidia-uvm").exists() {
+        eprintln!("skipping run_names_a_missing_node: this host has /dev/nvidia-uvm");
+        return;
+    }
+    let open = ProbeOp::Open {
+        path: "/dev/nvidia-uvm".into(),
+        mode: OpenMode::ReadWrite,
+    };
+    let output = gpu_trace_run(
+        &["--format", "json"],
+        &[GPU_TRACE.into(), "__probe".into(), open.to_arg()],
+    );
+    let (report, _) = json_report(&output);
+    let event = &report["problems"][0]["event"];
+    assert_eq!(event["cause"], "node-missing", "{report:#}");
+    assert_eq!(event["errno"], "ENOENT");
+    assert_eq!(event["verdict"], "failed");
+    assert!(
+        event["hint"]
+            .as_str()
+            .expect("hint")
+            .contains("nvidia-modprobe -u -c=0"),
+        "{event:#}"
+    );
+}
+
+/// A node made under /dev/nvidia* for one test, removed on drop.
+struct DevNode(PathBuf);
+
+impl DevNode {
+    fn create(major: u32, minor: u32, mode: u32) -> Self {
+        let node = DevNode(PathBuf::from(format!(
+            "/dev/nvidia-gpu-trace-test-{}",
+            std::process::id()
+        )));
+        mknod(
+            &node.0,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(mode),
+            makedev(major.into(), minor.into()),
+        )
+        .expect("mknod in /dev");
+        // mknod applies the umask.
+        fs::set_permissions(&node.0, fs::Permissions::from_mode(mode)).expect("chmod");
+        node
+    }
+}
+
+impl Drop for DevNode {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
+    let Some(host) = kernel_test("run_reports_failed_opens_under_dev_nvidia") else {
+        return;
+    };
+    let incident = Incident::new(&host, "run-unwatched");
+    // The denied stand-in major, not passed with --major: a node left with
+    // an old major, say. Its path alone makes it worth reporting.
+    let node = DevNode::create(incident.uvm_major, 0, 0o666);
+    let open = ProbeOp::Open {
+        path: node.0.clone(),
+        mode: OpenMode::ReadWrite,
+    };
+    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
+    let output = gpu_trace_run(
+        &["--format", "json", "--cgroup", &cgroup],
+        &[GPU_TRACE.into(), "__probe".into(), open.to_arg()],
+    );
+    let (report, _) = json_report(&output);
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    let event = &problems[0]["event"];
+    assert_eq!(
+        (event["major"].as_u64(), event["minor"].as_u64()),
+        (Some(u64::from(incident.uvm_major)), Some(0)),
+        "{event:#}"
+    );
+    assert_eq!(event["verdict"], "denied");
+    assert_eq!(event["verdict_source"], "cgroup-bpf");
+    assert_eq!(event["errno"], "EPERM");
+}
+
+#[test]
+fn run_names_file_permissions_not_the_policy() {
+    let Some(_host) = kernel_test("run_names_file_permissions") else {
+        return;
+    };
+    let node = DevNode::create(NVIDIA_FRONTEND_MAJOR, 250, 0o600);
+    let open = ProbeOp::Open {
+        path: node.0.clone(),
+        mode: OpenMode::Read,
+    };
+    // setpriv (util-linux) drops to nobody before the probe runs.
+    let command: Vec<String> = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        GPU_TRACE,
+        "__probe",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain([open.to_arg()])
+    .collect();
+    let output = gpu_trace_run(&["--format", "json"], &command);
+    let (report, _) = json_report(&output);
+    let event = &report["problems"][0]["event"];
+    assert_eq!(event["cause"], "file-permissions", "{report:#}");
+    assert_eq!(event["errno"], "EACCES");
+    assert_eq!(event["uid"], 65534);
+}
+
+#[test]
+fn run_names_a_cgroup_v1_devices_list_denial() {
+    let Some(host) = kernel_test("run_names_a_cgroup_v1_devices_list_denial") else {
+        return;
+    };
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
+        eprintln!("skipping run_names_a_cgroup_v1_devices_list_denial: no cgroup v1 devices controller mounted");
+        return;
+    };
+    let major = uvm_standin();
+    let v1 = ScratchCgroup::create(
+        &v1_devices,
+        &format!("gpu-trace-test-run-v1-{}", std::process::id()),
+    )
+    .expect("v1 cgroup");
+    fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm")).expect("devices.deny");
+    let v2 = scratch_cgroup(&host, "run-v1");
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let open = ProbeOp::Open {
+        path: nodes.path("nvidia-uvm"),
+        mode: OpenMode::Read,
+    };
+    // The shell joins the v1 devices cgroup, then becomes the probe.
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {GPU_TRACE} __probe '{}'",
+        v1.path().display(),
+        open.to_arg()
+    );
+    let output = gpu_trace_run(
+        &[
+            "--format",
+            "json",
+            "--cgroup",
+            v2.path().to_str().expect("utf-8"),
+            "--major",
+            &major.to_string(),
+        ],
+        &["sh".into(), "-c".into(), script],
+    );
+    let (report, _) = json_report(&output);
+    let event = &report["problems"][0]["event"];
+    assert_eq!(event["cause"], "v1-devices-list", "{report:#}");
+    assert_eq!(event["verdict_source"], "not-bpf");
+    assert!(event["hint"]
+        .as_str()
+        .expect("hint")
+        .contains("devices.allow"));
+}
+
+#[test]
+fn run_of_a_missing_command_exits_127() {
+    let Some(_host) = kernel_test("run_of_a_missing_command_exits_127") else {
+        return;
+    };
+    let output = gpu_trace_run(&[], &["/nonexistent/gpu-trace-test-cmd".into()]);
+    assert_eq!(
+        output.status.code(),
+        Some(127),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn procs_in(cgroup: &Path) -> Vec<u32> {
+    fs::read_to_string(cgroup.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -15,6 +15,9 @@ use clap::{Parser, Subcommand};
 /// for bpfel-unknown-none (libstd-rust-web-dev-bpf); bpf-linker links
 /// against the same LLVM major (22).
 const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
+/// What the kernel tests drive besides gpu-trace: a real LXC container
+/// (lxc-execute) with a busybox root filesystem.
+const TEST_PACKAGES: [&str; 2] = ["lxc", "busybox-static"];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
@@ -58,21 +61,7 @@ fn main() -> ExitCode {
 }
 
 fn setup() -> anyhow::Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
-        .into_iter()
-        .filter(|p| !dpkg_installed(p))
-        .collect();
-    if !missing.is_empty() {
-        require_root(&format!("installing {}", missing.join(" ")))?;
-        eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
-        run_checked(Command::new("apt-get").args(["update", "-q"]))?;
-        run_checked(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
-    }
+    apt_install(&APT_PACKAGES)?;
     if !bpf_linker_ready() {
         eprintln!(
             "xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (about a minute)"
@@ -89,6 +78,27 @@ fn setup() -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Installs the Debian packages of `packages` that are missing.
+fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    require_root(&format!("installing {}", missing.join(" ")))?;
+    eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
+    run_checked(Command::new("apt-get").args(["update", "-q"]))?;
+    run_checked(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 fn dpkg_installed(package: &str) -> bool {
@@ -133,8 +143,10 @@ fn test(lint: bool) -> anyhow::Result<()> {
     }
     // Unit tests: no privileges needed.
     run_checked(Command::new(cargo()).args(["test", "--lib", "--bins"]))?;
-    // Kernel tests: real cgroups, policies and device nodes; one at a time.
-    if !is_root() {
+    // Kernel tests: real cgroups, policies, device nodes and an LXC container; one at a time.
+    if is_root() {
+        apt_install(&TEST_PACKAGES)?;
+    } else {
         eprintln!("xtask: not root: the kernel tests will say they skip (run as root to run them)");
     }
     run_checked(

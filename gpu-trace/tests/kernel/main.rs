@@ -7,5 +7,6 @@
 //! `cargo xtask test` in CI) it fails instead.
 
 mod common;
+mod lxc;
 mod run;
 mod watch;

@@ -6,12 +6,14 @@
 //! pieces per subcommand; `scenario` rebuilds the incident for selftest and
 //! the kernel tests.
 
+pub mod bpf_sys;
 pub mod cgroup;
 pub mod cli;
 pub mod commands;
 pub mod devices;
 pub mod diagnose;
 pub mod enrich;
+pub mod evaluator;
 pub mod event;
 pub mod identity;
 pub mod output;

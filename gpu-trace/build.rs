@@ -13,7 +13,7 @@ use std::{
 
 const BPF_RUSTC: &str = "/usr/bin/rustc";
 const TARGET: &str = "bpfel-unknown-none";
-const OBJECTS: [&str; 2] = ["gpu-trace-tracer", "gpu-trace-policy"];
+const OBJECTS: [&str; 1] = ["gpu-trace-tracer"];
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));

@@ -15,8 +15,6 @@ pub mod program {
     pub const EXIT_OPEN: &str = "exit_open";
     pub const FOLLOW_FORK: &str = "follow_fork";
     pub const FOLLOW_EXIT: &str = "follow_exit";
-    /// The stand-in container policy of the policy object.
-    pub const SCRATCH_POLICY: &str = "scratch_policy";
 }
 
 /// Map names, shared for the same reason.
@@ -27,8 +25,6 @@ pub mod map {
     pub const LOST_EVENTS: &str = "LOST_EVENTS";
     /// Process ids (and thread ids) of the followed process tree.
     pub const FOLLOWED: &str = "FOLLOWED";
-    /// Policy object: char major -> access bits it denies.
-    pub const DENY_RULES: &str = "DENY_RULES";
 }
 
 /// Read-only globals set by userspace before the tracer is loaded.

@@ -1,5 +1,6 @@
 //! The few bpf(2) commands aya keeps to itself: which device programs are
-//! attached to a cgroup, and a program's translated instructions.
+//! attached to a cgroup, a program's translated instructions, and loading a
+//! device program from instructions made at run time, as runtimes do.
 
 use std::{
     io, mem,
@@ -7,7 +8,8 @@ use std::{
 };
 
 use aya_obj::generated::{
-    bpf_attach_type::BPF_CGROUP_DEVICE, bpf_attr, bpf_cmd, bpf_prog_info, BPF_F_QUERY_EFFECTIVE,
+    bpf_attach_type::BPF_CGROUP_DEVICE, bpf_attr, bpf_cmd, bpf_prog_info, bpf_prog_type,
+    BPF_F_QUERY_EFFECTIVE,
 };
 
 /// One BPF instruction as the kernel stores it.
@@ -30,6 +32,69 @@ impl Insn {
             imm: i32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]),
         }
     }
+
+    pub fn to_bytes(self) -> [u8; 8] {
+        let mut raw = [0u8; 8];
+        raw[0] = self.code;
+        raw[1] = (self.src << 4) | (self.dst & 0x0f);
+        raw[2..4].copy_from_slice(&self.off.to_le_bytes());
+        raw[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        raw
+    }
+}
+
+/// Loads a cgroup_device program made of `insns`. On a verifier refusal the
+/// error carries the verifier's log.
+pub fn load_device_program(name: &str, insns: &[Insn]) -> io::Result<OwnedFd> {
+    let code: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
+    let license = c"GPL";
+    let mut log = vec![0u8; 64 * 1024];
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { mem::zeroed() };
+    // SAFETY: the union is all zeroes; we fill in its prog-load member.
+    let load = unsafe { &mut attr.__bindgen_anon_3 };
+
+    load.prog_type = bpf_prog_type::BPF_PROG_TYPE_CGROUP_DEVICE as u32;
+    load.expected_attach_type = BPF_CGROUP_DEVICE as u32;
+    load.insns = code.as_ptr() as u64;
+    load.insn_cnt = insns.len() as u32;
+    load.license = license.as_ptr() as u64;
+    load.log_level = 1;
+    load.log_size = log.len() as u32;
+    load.log_buf = log.as_mut_ptr() as u64;
+    for (slot, byte) in load.prog_name.iter_mut().zip(name.bytes().take(15)) {
+        *slot = byte as libc::c_char;
+    }
+    match sys_bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
+        // SAFETY: BPF_PROG_LOAD returns a new descriptor we now own.
+        Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) }),
+        Err(e) => {
+            let text = String::from_utf8_lossy(log.split(|&b| b == 0).next().unwrap_or_default())
+                .into_owned();
+            Err(io::Error::new(
+                e.kind(),
+                format!("{e}; verifier log: {}", text.trim()),
+            ))
+        }
+    }
+}
+
+/// Attaches a device program to a cgroup with a BPF link; closing the
+/// returned descriptor detaches it.
+pub fn attach_device_program(program: impl AsFd, cgroup: impl AsFd) -> io::Result<OwnedFd> {
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { mem::zeroed() };
+    attr.link_create.__bindgen_anon_1.prog_fd = program.as_fd().as_raw_fd() as u32;
+    attr.link_create.__bindgen_anon_2.target_fd = cgroup.as_fd().as_raw_fd() as u32;
+    attr.link_create.attach_type = BPF_CGROUP_DEVICE as u32;
+    let fd = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
+    // SAFETY: BPF_LINK_CREATE returns a new descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The id the kernel gave a loaded program.
+pub fn program_id(program: &OwnedFd) -> io::Result<u32> {
+    Ok(program_info(program, &mut [])?.id)
 }
 
 /// Device programs attached at one cgroup, or in force on it (`effective`).
@@ -167,7 +232,9 @@ mod tests {
             }
         );
         // if r2 != -1 goto -3.
-        let insn = Insn::from_bytes([0x55, 0x02, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        let raw = [0x55, 0x02, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff];
+        let insn = Insn::from_bytes(raw);
         assert_eq!((insn.off, insn.imm), (-3, -1));
+        assert_eq!(insn.to_bytes(), raw);
     }
 }

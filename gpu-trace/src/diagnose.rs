@@ -8,6 +8,7 @@ use std::{collections::HashSet, path::Path};
 use serde::Serialize;
 
 use crate::{
+    attribution::DeniedBy,
     devices::{CharMajors, NvidiaNode},
     enrich::Record,
     event::Verdict,
@@ -120,6 +121,21 @@ fn path_of(record: &Record) -> String {
     }
 }
 
+/// "the device policy prog 920 (lxc_dev) at /lxc/200 (of ct 200)" when
+/// attribution found the program, else "the device policy of ct 200".
+fn policy_text(record: &Record) -> String {
+    match &record.denied_by {
+        Some(culprit @ DeniedBy::Program { .. }) => {
+            format!(
+                "the device policy {} (of {})",
+                culprit.describe(),
+                record.container.label()
+            )
+        }
+        _ => format!("the device policy of {}", record.container.label()),
+    }
+}
+
 fn device_text(record: &Record) -> String {
     let a = &record.access;
     let name = record.device.as_deref().unwrap_or("device");
@@ -152,8 +168,8 @@ fn dynamic_major_not_allowed(
     Diagnosis {
         cause: Cause::DynamicMajorNotAllowed,
         explanation: format!(
-            "the device policy of {} denies {}: {frontend} {}'s major {major}, which the kernel assigns when the module loads and which can change after a reboot or driver update",
-            record.container.label(),
+            "{} denies {}: {frontend} {}'s major {major}, which the kernel assigns when the module loads and which can change after a reboot or driver update",
+            policy_text(record),
             device_text(record),
             node.driver(),
         ),
@@ -311,11 +327,7 @@ fn device_denied(record: &Record) -> Diagnosis {
     let node = record.node;
     Diagnosis {
         cause: Cause::DeviceDenied,
-        explanation: format!(
-            "the device policy of {} denies {}",
-            record.container.label(),
-            device_text(record)
-        ),
+        explanation: format!("{} denies {}", policy_text(record), device_text(record)),
         fix: allow_device(
             &record.container,
             &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
@@ -440,6 +452,7 @@ mod tests {
             driver,
             device: node.map(NvidiaNode::name),
             node,
+            denied_by: None,
             diagnosis: None,
         }
     }

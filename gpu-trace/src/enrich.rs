@@ -8,6 +8,7 @@ use std::{
 };
 
 use crate::{
+    attribution::DeniedBy,
     cgroup::CgroupPaths,
     devices::{node_name, CharMajors, NvidiaNode},
     diagnose::Diagnosis,
@@ -28,6 +29,8 @@ pub struct Record {
     pub device: Option<String>,
     /// Which NVIDIA node this is, from its driver or, failing that, its path.
     pub node: Option<NvidiaNode>,
+    /// Filled in by the attribution stage for denials: the policy that refused it.
+    pub denied_by: Option<DeniedBy>,
     /// Filled in by the diagnosis stage for problems.
     pub diagnosis: Option<Diagnosis>,
 }
@@ -114,6 +117,7 @@ impl Enricher {
             driver,
             device,
             node,
+            denied_by: None,
             diagnosis: None,
             access,
         }

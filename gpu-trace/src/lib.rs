@@ -6,11 +6,13 @@
 //! pieces per subcommand; `scenario` rebuilds the incident for selftest and
 //! the kernel tests.
 
+pub mod attribution;
 pub mod bpf_sys;
 pub mod cgroup;
 pub mod cli;
 pub mod commands;
 pub mod devices;
+pub mod devices_list;
 pub mod diagnose;
 pub mod enrich;
 pub mod evaluator;
@@ -18,6 +20,7 @@ pub mod event;
 pub mod identity;
 pub mod output;
 pub mod pipeline;
+pub mod policy;
 pub mod preflight;
 pub mod report;
 pub mod scenario;

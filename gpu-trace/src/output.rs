@@ -9,6 +9,7 @@ use chrono::{DateTime, Local, Utc};
 use serde::Serialize;
 
 use crate::{
+    attribution::DeniedBy,
     enrich::Record,
     event::Verdict,
     identity::{Container, Runtime},
@@ -84,9 +85,16 @@ pub fn human_line(record: &Record) -> String {
         uid = a.uid,
         cgroup = cgroup_text(record),
     );
-    if a.verdict.is_denied() {
-        line.push_str("  ");
-        line.push_str(a.verdict.describe());
+    match &record.denied_by {
+        Some(culprit) => {
+            line.push_str("  by ");
+            line.push_str(&printable(culprit.describe().as_bytes()));
+        }
+        None if a.verdict.is_denied() => {
+            line.push_str("  ");
+            line.push_str(a.verdict.describe());
+        }
+        None => {}
     }
     if let Some(diagnosis) = &record.diagnosis {
         line.push_str("\n        fix: ");
@@ -180,6 +188,7 @@ struct JsonRecord<'a> {
     path_truncated: bool,
     ret: Option<i32>,
     errno: Option<String>,
+    denied_by: Option<&'a DeniedBy>,
     cause: Option<&'static str>,
     explanation: Option<&'a str>,
     hint: Option<String>,
@@ -226,6 +235,7 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             path_truncated: a.open.as_ref().is_some_and(|o| o.path_truncated),
             ret: a.open.as_ref().map(|o| o.ret),
             errno: a.open.as_ref().and_then(|o| o.errno()).map(errno_name),
+            denied_by: record.denied_by.as_ref(),
             cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
             explanation: record.diagnosis.as_ref().map(|d| d.explanation.as_str()),
             hint: record.diagnosis.as_ref().map(|d| d.hint()),
@@ -268,6 +278,7 @@ mod tests {
             driver: Some("nvidia-uvm".into()),
             device: Some("nvidia-uvm".into()),
             node: Some(crate::devices::NvidiaNode::Uvm),
+            denied_by: None,
             diagnosis: None,
         }
     }

@@ -1,7 +1,8 @@
 //! The one direction data flows in userspace: typed access -> record with
-//! names and container -> diagnosis. Shared by `watch` and `run`.
+//! names and container -> the policy that denied it -> diagnosis. Shared by `watch` and `run`.
 
 use crate::{
+    attribution::Attributor,
     cgroup::CgroupPaths,
     devices::CharMajors,
     diagnose::Diagnoser,
@@ -11,12 +12,14 @@ use crate::{
 
 pub struct Pipeline {
     pub enricher: Enricher,
+    attributor: Attributor,
     diagnoser: Diagnoser,
 }
 
 impl Pipeline {
     pub fn new(cgroups: CgroupPaths, majors: CharMajors) -> Self {
         Self {
+            attributor: Attributor::new(cgroups.mount()),
             enricher: Enricher::new(cgroups, majors),
             diagnoser: Diagnoser::default(),
         }
@@ -24,6 +27,7 @@ impl Pipeline {
 
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
+        record.denied_by = self.attributor.denied_by(&record);
         record.diagnosis = self.diagnoser.diagnose(&record, self.enricher.majors());
         record
     }

@@ -6,6 +6,7 @@
 use std::{
     fs::{self, File},
     io::Write,
+    os::fd::OwnedFd,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
@@ -13,17 +14,9 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use aya::{
-    maps::HashMap,
-    programs::{CgroupAttachMode, CgroupDevice},
-    Ebpf,
-};
-use gpu_trace_common::{map, program};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-/// The stand-in policy object, built from gpu-trace-ebpf by build.rs.
-static POLICY_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-policy"));
+use crate::bpf_sys::{attach_device_program, load_device_program, Insn};
 
 /// A cgroup made for one run and removed after it.
 pub struct ScratchCgroup {
@@ -75,61 +68,91 @@ impl Drop for ScratchCgroup {
     }
 }
 
-/// A device policy like the ones container runtimes attach: denies the
-/// given access bits for the given char majors, allows everything else.
+/// A device policy made the way container runtimes make theirs: a
+/// cgroup_device program generated from rules at run time and attached with
+/// a link. It denies the given access bits for the given char majors and
+/// allows everything else.
 pub struct ScratchPolicy {
-    // Owns the program and its link; dropping it detaches the policy.
-    ebpf: Ebpf,
+    cgroup: File,
+    rules: Vec<(u32, u16)>,
+    // The link detaches the program when dropped.
+    link: OwnedFd,
+    program: OwnedFd,
 }
+
+/// Name the kernel shows for the stand-in policy (bpftool, `check`).
+pub const SCRATCH_POLICY_NAME: &str = "gt_scratch_dev";
 
 impl ScratchPolicy {
     /// `rules`: (char major, `ACCESS_*` bits denied).
     pub fn attach(cgroup: &ScratchCgroup, rules: &[(u32, u16)]) -> anyhow::Result<Self> {
-        let mut ebpf = Ebpf::load(POLICY_OBJECT).context("loading the scratch policy object")?;
-        let mut deny: HashMap<_, u32, u32> = HashMap::try_from(
-            ebpf.map_mut(map::DENY_RULES)
-                .context("DENY_RULES missing from the policy object")?,
-        )?;
-        for &(major, access) in rules {
-            deny.insert(major, u32::from(access), 0)?;
-        }
-        let policy: &mut CgroupDevice = ebpf
-            .program_mut(program::SCRATCH_POLICY)
-            .context("scratch_policy missing from the policy object")?
-            .try_into()?;
-        policy.load().context("loading the scratch device policy")?;
-        policy
-            .attach(cgroup.open()?, CgroupAttachMode::Single)
-            .with_context(|| {
-                format!(
-                    "attaching the scratch policy to {}",
-                    cgroup.path().display()
-                )
-            })?;
-        Ok(Self { ebpf })
+        let cgroup = cgroup.open()?;
+        let (program, link) = load_and_attach(&cgroup, rules)?;
+        Ok(Self {
+            cgroup,
+            rules: rules.to_vec(),
+            link,
+            program,
+        })
     }
 
-    /// Changes the policy while it is attached, as a runtime rewriting a
-    /// container's device rules would: deny `access` bits for `major`.
+    /// Rewrites the policy while it is attached, as a runtime updating a
+    /// container's device rules does: the new program is attached before
+    /// the old one goes. Denies `access` bits for `major` from now on.
     pub fn set_rule(&mut self, major: u32, access: u16) -> anyhow::Result<()> {
-        let mut deny: HashMap<_, u32, u32> = HashMap::try_from(
-            self.ebpf
-                .map_mut(map::DENY_RULES)
-                .context("DENY_RULES missing from the policy object")?,
-        )?;
-        deny.insert(major, u32::from(access), 0)?;
+        self.rules.retain(|(m, _)| *m != major);
+        self.rules.push((major, access));
+        let (program, link) = load_and_attach(&self.cgroup, &self.rules)?;
+        self.program = program;
+        self.link = link;
         Ok(())
     }
 
     /// The kernel's id for the policy program, as `bpftool prog` shows it.
     pub fn program_id(&self) -> Option<u32> {
-        let policy: &CgroupDevice = self
-            .ebpf
-            .program(program::SCRATCH_POLICY)?
-            .try_into()
-            .ok()?;
-        policy.info().ok().map(|info| info.id())
+        crate::bpf_sys::program_id(&self.program).ok()
     }
+}
+
+fn load_and_attach(cgroup: &File, rules: &[(u32, u16)]) -> anyhow::Result<(OwnedFd, OwnedFd)> {
+    let program = load_device_program(SCRATCH_POLICY_NAME, &denylist_program(rules))
+        .context("loading the scratch device policy")?;
+    let link =
+        attach_device_program(&program, cgroup).context("attaching the scratch device policy")?;
+    Ok((program, link))
+}
+
+/// The instructions of a deny-list device policy, in the shape runc, LXC
+/// and systemd generate (context loads, ALU, jumps; no maps, no helpers).
+pub fn denylist_program(rules: &[(u32, u16)]) -> Vec<Insn> {
+    let insn = |code, dst, src, off, imm| Insn {
+        code,
+        dst,
+        src,
+        off,
+        imm,
+    };
+    let mut p = vec![
+        insn(0x61, 2, 1, 0, 0),      // r2 = ctx->access_type
+        insn(0x54, 2, 0, 0, 0xffff), // w2 &= 0xffff: device type
+        insn(0x61, 3, 1, 0, 0),      // r3 = ctx->access_type
+        insn(0x74, 3, 0, 0, 16),     // w3 >>= 16: access bits
+        insn(0x61, 4, 1, 4, 0),      // r4 = ctx->major
+    ];
+    for &(major, access) in rules {
+        p.extend([
+            insn(0x55, 2, 0, 6, i32::from(gpu_trace_common::DEV_TYPE_CHAR)), // not char: next rule
+            insn(0x55, 4, 0, 5, major as i32), // other major: next rule
+            insn(0xbc, 5, 3, 0, 0),            // w5 = w3
+            insn(0x54, 5, 0, 0, i32::from(access)), // w5 &= denied bits
+            insn(0x15, 5, 0, 2, 0),            // none asked: next rule
+            insn(0xb7, 0, 0, 0, 0),            // r0 = 0: deny
+            insn(0x95, 0, 0, 0, 0),            // exit
+        ]);
+    }
+    p.push(insn(0xb7, 0, 0, 0, 1)); // r0 = 1: allow
+    p.push(insn(0x95, 0, 0, 0, 0));
+    p
 }
 
 /// Device nodes made with mknod in a temporary directory on a filesystem
@@ -434,6 +457,36 @@ mod tests {
         }
         assert!(ProbeOp::parse_arg("open:x:/dev/null").is_err());
         assert!(ProbeOp::parse_arg("mknod:1:/p").is_err());
+    }
+
+    #[test]
+    fn denylist_program_denies_exactly_its_rules() {
+        use crate::evaluator::{evaluate, DeviceQuery, Outcome};
+        use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+        let p = denylist_program(&[
+            (511, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD),
+            (510, ACCESS_WRITE),
+        ]);
+        let ask = |dev_type, major, access| {
+            evaluate(
+                &p,
+                &DeviceQuery {
+                    dev_type,
+                    major,
+                    minor: 0,
+                    access,
+                },
+            )
+        };
+        assert_eq!(ask(2, 511, ACCESS_READ), Ok(Outcome::Deny));
+        assert_eq!(ask(2, 510, ACCESS_READ), Ok(Outcome::Allow));
+        assert_eq!(ask(2, 510, ACCESS_READ | ACCESS_WRITE), Ok(Outcome::Deny));
+        assert_eq!(ask(2, 195, ACCESS_READ | ACCESS_WRITE), Ok(Outcome::Allow));
+        assert_eq!(
+            ask(1, 511, ACCESS_READ),
+            Ok(Outcome::Allow),
+            "block devices are not covered"
+        );
     }
 
     #[test]

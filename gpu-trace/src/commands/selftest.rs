@@ -17,6 +17,7 @@ use anyhow::Context;
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{
+    attribution::DeniedBy,
     cgroup::CgroupPaths,
     devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
     enrich::Record,
@@ -143,6 +144,16 @@ pub fn run() -> anyhow::Result<bool> {
         );
         failures.extend(expect.check(caught, cgroup.relative_path(), child.pid, driver_present));
     }
+    // The denial must be attributed to the very program the selftest attached.
+    let culprit = records.iter().find_map(|r| r.denied_by.as_ref());
+    match (culprit, policy.program_id()) {
+        (Some(DeniedBy::Program { id, .. }), Some(expected)) if *id == expected => {}
+        (other, expected) => failures.push(format!(
+            "the denial should be attributed to the scratch policy (prog {}), gpu-trace said {}",
+            expected.map_or("?".into(), |id| id.to_string()),
+            other.map_or("nothing".into(), DeniedBy::describe)
+        )),
+    }
     let lost = tracer.lost_events();
     if lost > 0 {
         failures.push(format!("{lost} events lost"));
@@ -153,7 +164,8 @@ pub fn run() -> anyhow::Result<bool> {
     if failures.is_empty() {
         println!(
             "PASS: the denied open of c {uvm_standin}:0 was caught live with its cgroup, pid, path and EPERM, \
-attributed to the cgroup BPF device policy; the allowed c {frontend}:0 was seen as allowed."
+attributed to the device policy program that denied it; the allowed c {frontend}:0 was seen as allowed."
+
         );
         if let Some(diagnosis) = records.iter().find_map(|r| r.diagnosis.as_ref()) {
             println!(
@@ -258,9 +270,10 @@ impl Expect<'_> {
 }
 
 fn describe(record: &Record) -> String {
-    match record.access.verdict {
-        Verdict::Allowed => "allowed".to_string(),
-        verdict => format!("DENIED {}", verdict.describe()),
+    match (&record.access.verdict, &record.denied_by) {
+        (Verdict::Allowed, _) => "allowed".to_string(),
+        (_, Some(culprit)) => format!("DENIED by {}", culprit.describe()),
+        (verdict, None) => format!("DENIED {}", verdict.describe()),
     }
 }
 

@@ -40,6 +40,21 @@ EXAMPLES:
     gpu-trace run --format json -- ./train.sh 2> trace.jsonl"
     )]
     Run(RunArgs),
+    /// Which NVIDIA devices a cgroup may open, decided by the device policies in force on it.
+    #[command(
+        after_help = "Evaluates the cgroup_device programs attached to the cgroup and its ancestors (and, \
+with --pid or --container, the process's cgroup v1 devices.list) for every NVIDIA node on the host and in \
+the target's mount namespace; flags stale majors, missing nodes and the nvidia_uvm module.
+
+Exit status: 0 when nvidiactl, nvidia-uvm and a GPU node are present, current and allowed in the target's \
+view; 1 when any is denied, missing or stale; 2 on error.
+
+EXAMPLES:
+    gpu-trace check --container 200            a Proxmox CT, by id
+    gpu-trace check --pid 4242 --format json
+    gpu-trace check --cgroup /system.slice/ollama.service"
+    )]
+    Check(CheckArgs),
     /// Reproduce the nvidia-uvm incident in a scratch cgroup and show the tracer catching it.
     #[command(
         after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1)."
@@ -83,7 +98,23 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The cgroup to check (a path under the cgroup2 mount, or relative to it).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container"])]
+    pub cgroup: Option<PathBuf>,
+    /// The cgroup (and mount namespace) of this process.
+    #[arg(long, value_name = "PID", conflicts_with = "container")]
+    pub pid: Option<u32>,
+    /// A container: an LXC name or CT id, or a (short) container id.
+    #[arg(long, value_name = "NAME-OR-ID")]
+    pub container: Option<String>,
+    #[arg(short, long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
 /// Which devices to watch; shared by the commands that trace.
+
 #[derive(Debug, Args, Clone, Default)]
 pub struct DeviceSelection {
     /// Also watch this char major (repeatable). NVIDIA's are always watched.

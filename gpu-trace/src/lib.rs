@@ -24,5 +24,6 @@ pub mod policy;
 pub mod preflight;
 pub mod report;
 pub mod scenario;
+pub mod target;
 pub mod tracefs;
 pub mod tracer;

@@ -384,14 +384,24 @@ pub fn run_probe(
     cgroups: &[&ScratchCgroup],
     ops: &[ProbeOp],
 ) -> anyhow::Result<ProbeOutcome> {
+    let dirs: Vec<&Path> = cgroups.iter().map(|c| c.path()).collect();
+    run_probe_in(gpu_trace_bin, &dirs, ops)
+}
+
+/// The same, with cgroups given as directories (a container's, say).
+pub fn run_probe_in(
+    gpu_trace_bin: &Path,
+    cgroup_dirs: &[&Path],
+    ops: &[ProbeOp],
+) -> anyhow::Result<ProbeOutcome> {
     let mut command = Command::new(gpu_trace_bin);
     command
         .arg("__probe")
         .args(ops.iter().map(ProbeOp::to_arg))
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    let dirs: Vec<&Path> = cgroups.iter().map(|c| c.path()).collect();
-    let _procs = crate::cgroup::place_child_in(&mut command, &dirs)?;
+    let _procs = crate::cgroup::place_child_in(&mut command, cgroup_dirs)?;
+
     let child = command
         .spawn()
         .with_context(|| format!("starting {}", gpu_trace_bin.display()))?;

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod check;
 pub mod run;
 pub mod selftest;
 pub mod watch;

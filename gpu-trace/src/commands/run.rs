@@ -13,7 +13,7 @@ use std::{
     process::ExitStatus,
 };
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use nix::{
     sys::signal::{kill, Signal},
     unistd::{getpgrp, tcgetpgrp, Pid},
@@ -28,11 +28,11 @@ use crate::{
     cli::RunArgs,
     commands::watch::tracer_config,
     devices::CharMajors,
-    identity::{identify, matches, NameSources},
     output::{write_record, Format},
     pipeline::Pipeline,
     preflight::{check_host, Host},
     report::Report,
+    target::{cgroup_dir, container_dir},
     tracer::Tracer,
 };
 
@@ -100,64 +100,11 @@ fn target_cgroup(
     host: &Host,
     cgroups: &mut CgroupPaths,
 ) -> anyhow::Result<Option<PathBuf>> {
-    if let Some(path) = &args.cgroup {
-        let full = if path.starts_with(&host.cgroup2_mount) {
-            path.clone()
-        } else {
-            host.cgroup2_mount
-                .join(path.strip_prefix("/").unwrap_or(path))
-        };
-        if !full.join("cgroup.procs").exists() {
-            bail!(
-                "{} is not a cgroup under the cgroup2 mount {}",
-                path.display(),
-                host.cgroup2_mount.display()
-            );
-        }
-        return Ok(Some(full));
+    match (&args.cgroup, &args.container) {
+        (Some(path), _) => cgroup_dir(&host.cgroup2_mount, path).map(Some),
+        (None, Some(query)) => container_dir(&host.cgroup2_mount, cgroups, query).map(Some),
+        (None, None) => Ok(None),
     }
-    let Some(query) = &args.container else {
-        return Ok(None);
-    };
-    let names = NameSources::default();
-    let mut found: Vec<String> = cgroups
-        .all()
-        .iter()
-        .map(|p| identify(&p.to_string_lossy(), &names))
-        .filter(|c| matches(c, query))
-        .map(|c| c.cgroup)
-        .collect();
-    found.sort();
-    found.dedup();
-    match found.as_slice() {
-        [] => bail!("no running container matches {query:?} (looked for LXC names and CT ids, container ids and names under {})", host.cgroup2_mount.display()),
-        [one] => Ok(Some(where_processes_live(&host.cgroup2_mount.join(one.trim_start_matches('/'))))),
-        many => bail!("{query:?} matches several containers: {}; give more of the id", many.join(", ")),
-    }
-}
-
-/// A container's processes may sit in a child of its top cgroup (cgroup v2
-/// puts processes only in leaves once controllers are enabled below): use
-/// the first directory that holds any, the top one if none does.
-fn where_processes_live(top: &Path) -> PathBuf {
-    let mut pending = vec![top.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let busy = std::fs::read_to_string(dir.join("cgroup.procs"))
-            .is_ok_and(|procs| !procs.trim().is_empty());
-        if busy {
-            return dir;
-        }
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            let mut children: Vec<PathBuf> = entries
-                .flatten()
-                .filter(|e| e.path().is_dir())
-                .map(|e| e.path())
-                .collect();
-            children.sort();
-            pending.extend(children.into_iter().rev());
-        }
-    }
-    top.to_path_buf()
 }
 
 async fn trace_command(

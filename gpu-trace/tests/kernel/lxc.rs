@@ -20,8 +20,8 @@ use serde_json::Value;
 use crate::common::*;
 
 /// A container's files and the command that starts it with lxc-execute.
-struct LxcContainer {
-    name: String,
+pub struct LxcContainer {
+    pub name: String,
     dir: tempfile::TempDir,
     /// `unshare -m sh -c SCRIPT`: starts the container in its own mount namespace.
     argv: Vec<String>,
@@ -32,7 +32,13 @@ struct LxcContainer {
 impl LxcContainer {
     /// A container that runs `command` (busybox sh) and may use c 195:* and
     /// /dev/null only, with `nodes` bind-mounted into its /dev.
-    fn new(test: &str, nodes: &DeviceNodes, names: &[&str], command: &str) -> Self {
+    pub fn new(
+        test: &str,
+        nodes: &DeviceNodes,
+        names: &[&str],
+        device_rules: &[String],
+        command: &str,
+    ) -> Self {
         let name = format!("gt-{test}-{}", std::process::id());
         let dir = tempfile::Builder::new()
             .prefix("gpu-trace-lxc-")
@@ -51,12 +57,13 @@ impl LxcContainer {
              lxc.rootfs.path = dir:{}\n\
              lxc.mount.auto = proc:rw sys:ro\n\
              lxc.net.0.type = empty\n\
-             lxc.apparmor.profile = unconfined\n\
-             lxc.cgroup2.devices.deny = a\n\
-             lxc.cgroup2.devices.allow = c 1:3 rwm\n\
-             lxc.cgroup2.devices.allow = c 195:* rwm\n",
+             lxc.apparmor.profile = unconfined\n",
             root.display()
         );
+        for rule in device_rules {
+            config.push_str(&format!("{rule}\n"));
+        }
+
         for node in names {
             config.push_str(&format!(
                 "lxc.mount.entry = {} dev/{node} none bind,create=file 0 0\n",
@@ -83,7 +90,7 @@ impl LxcContainer {
     }
 
     /// Starts it in the background.
-    fn start(&mut self) {
+    pub fn start(&mut self) {
         let child = Command::new(&self.argv[0])
             .args(&self.argv[1..])
             .stdin(Stdio::null())
@@ -95,7 +102,7 @@ impl LxcContainer {
     }
 
     /// The container's cgroup on the host, once its process is in it.
-    fn wait_running(&self, cgroup2_mount: &Path) -> PathBuf {
+    pub fn wait_running(&self, cgroup2_mount: &Path) -> PathBuf {
         let cgroup = cgroup2_mount.join(format!("lxc.payload.{}", self.name));
         let deadline = Instant::now() + WAIT;
         while !fs::read_to_string(cgroup.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()) {
@@ -150,8 +157,24 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
 
 const BUSYBOX: &str = "/bin/busybox";
 
+/// The incident's policy: everything denied but /dev/null and the NVIDIA
+/// frontend (195), with the uvm major left out.
+fn incident_rules() -> Vec<String> {
+    allowlist_rules(&["c 1:3 rwm", "c 195:* rwm"])
+}
+
+pub fn allowlist_rules(allowed: &[&str]) -> Vec<String> {
+    std::iter::once("lxc.cgroup2.devices.deny = a".to_string())
+        .chain(
+            allowed
+                .iter()
+                .map(|rule| format!("lxc.cgroup2.devices.allow = {rule}")),
+        )
+        .collect()
+}
+
 /// LXC and busybox-static are test dependencies (`cargo xtask test` installs them).
-fn lxc_test(name: &str) -> Option<gpu_trace::preflight::Host> {
+pub fn lxc_test(name: &str) -> Option<gpu_trace::preflight::Host> {
     let host = kernel_test(name)?;
     let present = Command::new("lxc-execute")
         .arg("--version")
@@ -193,6 +216,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
         "launch",
         &nodes,
         &["nvidia-uvm", "nvidiactl"],
+        &incident_rules(),
         "cat /dev/nvidiactl; cat /dev/nvidia-uvm; exit 5",
     );
 
@@ -255,7 +279,13 @@ fn run_with_container_reproduces_under_its_policy_from_the_host() {
         return;
     };
     let (nodes, major) = stand_in_nodes();
-    let mut container = LxcContainer::new("host", &nodes, &["nvidia-uvm", "nvidiactl"], "sleep 60");
+    let mut container = LxcContainer::new(
+        "host",
+        &nodes,
+        &["nvidia-uvm", "nvidiactl"],
+        &incident_rules(),
+        "sleep 60",
+    );
     container.start();
     let cgroup = container.wait_running(&host.cgroup2_mount);
 

@@ -8,5 +8,6 @@
 
 mod common;
 mod lxc;
+mod policy;
 mod run;
 mod watch;

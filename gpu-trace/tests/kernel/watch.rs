@@ -104,6 +104,17 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
     assert_eq!(event["errno"], "EPERM");
     assert_eq!(event["ret"], -libc::EPERM);
     assert_eq!(event["bpf_retval"], -1);
+    // Attributed to the very program attached to the scratch cgroup.
+    let culprit = &event["denied_by"];
+    assert_eq!(culprit["kind"], "program", "{event:#}");
+    assert_eq!(
+        culprit["id"],
+        incident.policy.program_id().expect("policy id")
+    );
+    assert_eq!(
+        culprit["attached_at"],
+        incident.cgroup.relative_path().to_str().expect("utf-8")
+    );
 }
 
 #[test]

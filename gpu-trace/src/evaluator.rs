@@ -7,7 +7,36 @@
 //! guess, a panic or an endless loop. The subset is small enough to test
 //! instruction by instruction, and it is fuzzed (fuzz/).
 
-use crate::bpf_sys::Insn;
+/// One BPF instruction as the kernel stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    pub code: u8,
+    pub dst: u8,
+    pub src: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+impl Insn {
+    pub fn from_bytes(raw: [u8; 8]) -> Self {
+        Self {
+            code: raw[0],
+            dst: raw[1] & 0x0f,
+            src: raw[1] >> 4,
+            off: i16::from_le_bytes([raw[2], raw[3]]),
+            imm: i32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]),
+        }
+    }
+
+    pub fn to_bytes(self) -> [u8; 8] {
+        let mut raw = [0u8; 8];
+        raw[0] = self.code;
+        raw[1] = (self.src << 4) | (self.dst & 0x0f);
+        raw[2..4].copy_from_slice(&self.off.to_le_bytes());
+        raw[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        raw
+    }
+}
 
 /// What the program was asked about: the `bpf_cgroup_dev_ctx` it would see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -525,6 +554,27 @@ fn alu32(op: u8, a: u32, b: u32, signed: bool) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decodes_instruction_fields() {
+        // r2 = *(u32 *)(r1 + 4): code 0x61, dst 2, src 1, off 4.
+        let insn = Insn::from_bytes([0x61, 0x12, 4, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            insn,
+            Insn {
+                code: 0x61,
+                dst: 2,
+                src: 1,
+                off: 4,
+                imm: 0
+            }
+        );
+        // if r2 != -1 goto -3.
+        let raw = [0x55, 0x02, 0xfd, 0xff, 0xff, 0xff, 0xff, 0xff];
+        let insn = Insn::from_bytes(raw);
+        assert_eq!((insn.off, insn.imm), (-3, -1));
+        assert_eq!(insn.to_bytes(), raw);
+    }
 
     // A tiny assembler for hand-built programs.
     fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {

@@ -15,8 +15,8 @@ use gpu_trace_common::program;
 use serde::Serialize;
 
 use crate::{
-    bpf_sys::{device_programs, dump_program, Insn},
-    evaluator::{evaluate, CannotEvaluate, DeviceQuery, Outcome},
+    bpf_sys::{device_programs, dump_program},
+    evaluator::{evaluate, CannotEvaluate, DeviceQuery, Insn, Outcome},
 };
 
 /// One device program in force on a cgroup.

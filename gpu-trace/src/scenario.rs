@@ -16,7 +16,10 @@ use std::{
 use anyhow::{bail, Context};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-use crate::bpf_sys::{attach_device_program, load_device_program, Insn};
+use crate::{
+    bpf_sys::{attach_device_program, load_device_program},
+    evaluator::Insn,
+};
 
 /// A cgroup made for one run and removed after it.
 pub struct ScratchCgroup {

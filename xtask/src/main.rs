@@ -15,9 +15,11 @@ use clap::{Parser, Subcommand};
 /// for bpfel-unknown-none (libstd-rust-web-dev-bpf); bpf-linker links
 /// against the same LLVM major (22).
 const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-22-dev"];
-/// What the kernel tests drive besides gpu-trace: a real LXC container
-/// (lxc-execute) with a busybox root filesystem.
-const TEST_PACKAGES: [&str; 2] = ["lxc", "busybox-static"];
+/// What the kernel tests drive besides gpu-trace: real LXC and runc
+/// containers with a busybox root filesystem, whose device policies the
+/// runtimes generate themselves.
+const TEST_PACKAGES: [&str; 3] = ["lxc", "runc", "busybox-static"];
+
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 

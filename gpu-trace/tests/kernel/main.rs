@@ -10,4 +10,5 @@ mod common;
 mod lxc;
 mod policy;
 mod run;
+mod runc;
 mod watch;

@@ -16,7 +16,7 @@ use crate::{common::*, lxc::*};
 
 /// Opens (r, w, rw) and mknods over majors × minors; each op with the
 /// access it asks of the device policy.
-fn grid(nodes: &DeviceNodes, majors: &[u32]) -> Vec<(ProbeOp, DeviceQuery)> {
+pub fn grid(nodes: &DeviceNodes, majors: &[u32]) -> Vec<(ProbeOp, DeviceQuery)> {
     let mut ops = Vec::new();
     for &major in majors {
         for minor in [0, 3, 255] {
@@ -54,7 +54,7 @@ fn grid(nodes: &DeviceNodes, majors: &[u32]) -> Vec<(ProbeOp, DeviceQuery)> {
     ops
 }
 
-fn grid_nodes(majors: &[u32]) -> DeviceNodes {
+pub fn grid_nodes(majors: &[u32]) -> DeviceNodes {
     let names: Vec<(String, u32, u32)> = majors
         .iter()
         .flat_map(|&major| [0, 3, 255].map(|minor| (format!("n-{major}-{minor}"), major, minor)))
@@ -65,7 +65,7 @@ fn grid_nodes(majors: &[u32]) -> DeviceNodes {
 
 /// Runs the grid in `cgroup_dir` and compares every errno with the
 /// evaluator's answer for the policy in force there.
-fn assert_evaluator_matches_kernel(
+pub fn assert_evaluator_matches_kernel(
     host_mount: &Path,
     cgroup_dir: &Path,
     majors: &[u32],

@@ -39,11 +39,16 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then lint and run every test tier: unit tests, kernel tests (root), selftest.
+    /// Set up, then lint and run every test tier: unit tests, kernel tests (root), a short fuzz run.
     Test {
         /// Skip `cargo fmt --check` and clippy.
         #[arg(long)]
         no_lint: bool,
+    },
+    /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
+    Fuzz {
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
     },
 }
 
@@ -51,7 +56,10 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup(),
         Task::Run { args } => setup().and_then(|()| run(&args)),
-        Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
+        Task::Test { no_lint } => setup()
+            .and_then(|()| test(!no_lint))
+            .and_then(|()| fuzz(CI_FUZZ_SECONDS)),
+        Task::Fuzz { seconds } => fuzz(seconds),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -167,6 +175,41 @@ fn test(lint: bool) -> anyhow::Result<()> {
                 "GPU_TRACE_REQUIRE_KERNEL_TESTS",
                 if env::var_os("CI").is_some() { "1" } else { "" },
             ),
+    )
+}
+
+/// How long `test` fuzzes: enough to catch a shallow panic, short for CI.
+const CI_FUZZ_SECONDS: u32 = 20;
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// Runs the evaluator's fuzz target; installs cargo-fuzz when missing.
+fn fuzz(seconds: u32) -> anyhow::Result<()> {
+    let installed = Command::new(cargo())
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        eprintln!("xtask: installing cargo-fuzz {CARGO_FUZZ_VERSION}");
+        run_checked(Command::new(cargo()).args([
+            "install",
+            "--locked",
+            &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"),
+        ]))?;
+    }
+    // cargo fuzz needs the nightly compiler (sanitizer flags); rustup has one here.
+    run_checked(
+        Command::new("cargo")
+            .args([
+                "+nightly",
+                "fuzz",
+                "run",
+                "evaluator",
+                "--",
+                &format!("-max_total_time={seconds}"),
+            ])
+            .current_dir(workspace().join("fuzz"))
+            .env_remove("CARGO")
+            .env_remove("RUSTC"),
     )
 }
 

@@ -56,9 +56,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup(),
         Task::Run { args } => setup().and_then(|()| run(&args)),
-        Task::Test { no_lint } => setup()
-            .and_then(|()| test(!no_lint))
-            .and_then(|()| fuzz(CI_FUZZ_SECONDS)),
+        Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
         Task::Fuzz { seconds } => fuzz(seconds),
     };
     match result {
@@ -153,7 +151,8 @@ fn test(lint: bool) -> anyhow::Result<()> {
     }
     // Unit tests: no privileges needed.
     run_checked(Command::new(cargo()).args(["test", "--lib", "--bins"]))?;
-    // Kernel tests: real cgroups, policies, device nodes and an LXC container; one at a time.
+    fuzz(CI_FUZZ_SECONDS)?;
+    // Kernel tests: real cgroups, policies, device nodes, LXC and runc containers; one at a time.
     if is_root() {
         apt_install(&TEST_PACKAGES)?;
     } else {

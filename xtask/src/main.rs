@@ -45,6 +45,15 @@ enum Task {
         #[arg(long)]
         no_lint: bool,
     },
+    /// Measure overhead, throughput and start-up against baselines of the same run (root).
+    Bench {
+        /// Fewer and shorter runs.
+        #[arg(long)]
+        quick: bool,
+        /// Where the machine-readable summary goes.
+        #[arg(long, default_value = "bench/results.json")]
+        json: PathBuf,
+    },
     /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
     Fuzz {
         #[arg(long, default_value_t = 60)]
@@ -58,6 +67,7 @@ fn main() -> ExitCode {
         Task::Run { args } => setup().and_then(|()| run(&args)),
         Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
         Task::Fuzz { seconds } => fuzz(seconds),
+        Task::Bench { quick, json } => setup().and_then(|()| bench(quick, &json)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -175,6 +185,38 @@ fn test(lint: bool) -> anyhow::Result<()> {
                 if env::var_os("CI").is_some() { "1" } else { "" },
             ),
     )
+}
+
+/// The tools the benchmark compares gpu-trace with.
+const BENCH_PACKAGES: [&str; 2] = ["bpftrace", "strace"];
+
+fn bench(quick: bool, json: &Path) -> anyhow::Result<()> {
+    require_root("the benchmark (it attaches tracers)")?;
+    apt_install(&BENCH_PACKAGES)?;
+    let json = if json.is_absolute() {
+        json.to_path_buf()
+    } else {
+        workspace().join(json)
+    };
+    if let Some(dir) = json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut command = Command::new(cargo());
+    command
+        .args([
+            "bench",
+            "--package",
+            "gpu-trace",
+            "--bench",
+            "gpu_trace",
+            "--",
+        ])
+        .arg("--json")
+        .arg(&json);
+    if quick {
+        command.arg("--quick");
+    }
+    run_checked(&mut command)
 }
 
 /// How long `test` fuzzes: enough to catch a shallow panic, short for CI.

@@ -1,0 +1,559 @@
+//! `cargo xtask bench`: what gpu-trace costs, measured side by side with a
+//! baseline taken in the same run, and with strace and bpftrace.
+//!
+//! Every figure is a median over repeated runs, with its spread, and each
+//! overhead is a ratio to the baseline of the same invocation: these
+//! machines are noisy, so absolute times alone would mean little.
+//!
+//! Run as root. Arguments: `--quick` (fewer, shorter runs), `--json FILE`.
+
+use std::{
+    fs,
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use gpu_trace::{
+    cgroup::{cgroup2_mount, place_child_in},
+    devices::CharMajors,
+    scenario::{DeviceNodes, ScratchCgroup, ScratchPolicy},
+};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
+use serde_json::{json, Value};
+
+const GPU_TRACE: &str = env!("CARGO_BIN_EXE_gpu-trace");
+
+/// The workload: a C loop of open()+close(), timed inside the loop so that
+/// process start-up is not part of the figure. Optionally paced to a rate.
+const OPEN_LOOP_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+int main(int argc, char **argv) {
+    const char *path = argv[1];
+    long n = atol(argv[2]);
+    double rate = argc > 3 ? atof(argv[3]) : 0; /* opens per second, 0: flat out */
+    double start = now();
+    long ok = 0;
+    for (long i = 0; i < n; i++) {
+        int fd = open(path, O_RDONLY);
+        if (fd >= 0) { close(fd); ok++; }
+        if (rate > 0 && i % 64 == 63) {
+            double ahead = (i + 1) / rate - (now() - start);
+            if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
+        }
+    }
+    printf("%.2f %ld\n", (now() - start) * 1e9 / n, ok);
+    return 0;
+}
+"#;
+
+/// The bpftrace side: an opensnoop-like script (entry stashes the path,
+/// exit prints it with the result).
+const BPFTRACE_SCRIPT: &str = r#"
+tracepoint:syscalls:sys_enter_openat { @path[tid] = args->filename; }
+tracepoint:syscalls:sys_exit_openat /@path[tid]/ { printf("%d %s %s %d\n", pid, comm, str(@path[tid]), args->ret); delete(@path[tid]); }
+"#;
+
+struct Settings {
+    runs: usize,
+    opens: u64,
+    seconds: u64,
+    startups: usize,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let json_out = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from);
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the benchmark attaches tracers: run it as root (cargo xtask bench)"
+    );
+    let settings = if quick {
+        Settings {
+            runs: 3,
+            opens: 50_000,
+            seconds: 1,
+            startups: 5,
+        }
+    } else {
+        Settings {
+            runs: 7,
+            opens: 200_000,
+            seconds: 3,
+            startups: 15,
+        }
+    };
+    let work = tempfile::Builder::new()
+        .prefix("gpu-trace-bench-")
+        .tempdir()
+        .expect("work dir");
+    let open_loop = build_open_loop(work.path());
+    let scene = Scene::new(work.path());
+
+    let mut results = json!({
+        "date": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "machine": machine(),
+        "settings": { "runs": settings.runs, "opens": settings.opens, "seconds": settings.seconds },
+    });
+    results["open_overhead"] = open_overhead(&settings, &open_loop, &scene);
+    results["throughput"] = throughput(&settings, &open_loop, &scene);
+    results["startup"] = startup(&settings, &scene);
+    print_tables(&results);
+    if let Some(path) = json_out {
+        fs::write(&path, serde_json::to_string_pretty(&results).expect("json"))
+            .expect("write results");
+        println!("\nresults written to {}", path.display());
+    }
+}
+
+/// A scratch cgroup whose policy denies a stand-in nvidia-uvm major, and
+/// the files the workload opens.
+struct Scene {
+    cgroup: ScratchCgroup,
+    _policy: ScratchPolicy,
+    _nodes: DeviceNodes,
+    denied_node: PathBuf,
+    regular_file: PathBuf,
+    major: u32,
+}
+
+impl Scene {
+    fn new(work: &Path) -> Self {
+        let mount = cgroup2_mount()
+            .expect("mountinfo")
+            .expect("cgroup2 mounted");
+        let major = CharMajors::read()
+            .expect("/proc/devices")
+            .unused_dynamic_major()
+            .expect("free major");
+        let cgroup =
+            ScratchCgroup::create(&mount, &format!("gpu-trace-bench-{}", std::process::id()))
+                .expect("cgroup");
+        let policy = ScratchPolicy::attach(
+            &cgroup,
+            &[(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
+        )
+        .expect("policy");
+        let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+        let regular_file = work.join("regular");
+        fs::write(&regular_file, "x").expect("regular file");
+        Self {
+            denied_node: nodes.path("nvidia-uvm"),
+            cgroup,
+            _policy: policy,
+            _nodes: nodes,
+            regular_file,
+            major,
+        }
+    }
+}
+
+fn build_open_loop(work: &Path) -> PathBuf {
+    let source = work.join("open_loop.c");
+    let binary = work.join("open_loop");
+    fs::write(&source, OPEN_LOOP_C).expect("write C source");
+    let status = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .expect("cc");
+    assert!(status.success(), "compiling the open loop");
+    binary
+}
+
+/// One workload run: ns per open. `cgroup` places it (and what wraps it).
+fn run_loop(
+    wrapper: &[&str],
+    open_loop: &Path,
+    target: &Path,
+    opens: u64,
+    cgroup: Option<&Path>,
+) -> f64 {
+    let mut command = Command::new(
+        wrapper
+            .first()
+            .copied()
+            .unwrap_or(open_loop.to_str().expect("utf-8")),
+    );
+    if !wrapper.is_empty() {
+        command.args(&wrapper[1..]).arg(open_loop);
+    }
+    command
+        .arg(target)
+        .arg(opens.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let _procs = cgroup.map(|c| place_child_in(&mut command, &[c]).expect("join cgroup"));
+    let output = command.output().expect("run the open loop");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("open loop said {text:?}"))
+}
+
+/// A tracer running in the background for a configuration.
+struct Background {
+    child: Child,
+}
+
+impl Background {
+    /// Starts `command` and waits until its stderr/stdout line starting with `ready` shows up.
+    fn start(mut command: Command, ready: &str, on_stdout: bool) -> Self {
+        if on_stdout {
+            command.stdout(Stdio::piped()).stderr(Stdio::null());
+        } else {
+            command.stderr(Stdio::piped());
+        }
+        let mut child = command.stdin(Stdio::null()).spawn().expect("start tracer");
+        let stream: Box<dyn std::io::Read + Send> = if on_stdout {
+            Box::new(child.stdout.take().expect("stdout"))
+        } else {
+            Box::new(child.stderr.take().expect("stderr"))
+        };
+        let mut lines = BufReader::new(stream).lines();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains(ready) => break,
+                Some(_) if Instant::now() < deadline => {}
+                _ => panic!("the tracer never printed {ready:?}"),
+            }
+        }
+        // Keep draining so the tracer never blocks on a full pipe.
+        thread::spawn(move || for _ in lines {});
+        Self { child }
+    }
+
+    /// SIGINT (a clean detach) and wait.
+    fn stop(mut self) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGINT);
+        let _ = self.child.wait();
+    }
+}
+
+fn watch(scene: &Scene, extra: &[&str], stdout: Stdio) -> Background {
+    let mut command = Command::new(GPU_TRACE);
+    command
+        .args(["watch", "--major", &scene.major.to_string()])
+        .args(extra)
+        .stdout(stdout);
+    Background::start(command, "gpu-trace: ready", false)
+}
+
+fn bpftrace() -> Background {
+    let mut command = Command::new("bpftrace");
+    command.args(["-e", BPFTRACE_SCRIPT]);
+    // bpftrace says "Attaching N probes..." on stdout once it is live; its
+    // events go there too and are drained.
+    Background::start(command, "Attaching", true)
+}
+
+fn median_and_spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let median = values[values.len() / 2];
+    (median, values[0], values[values.len() - 1])
+}
+
+fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
+    let out_file = scene.regular_file.with_file_name("watch.jsonl");
+    let targets: [(&str, &Path, Option<&Path>); 3] = [
+        ("regular file", &scene.regular_file, None),
+        ("/dev/null", Path::new("/dev/null"), None),
+        (
+            "denied watched node",
+            &scene.denied_node,
+            Some(scene.cgroup.path()),
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (name, target, cgroup) in targets {
+        eprintln!("bench: open overhead, {name}");
+        let measure = |wrapper: &[&str], opens: u64| -> Vec<f64> {
+            (0..settings.runs)
+                .map(|_| run_loop(wrapper, open_loop, target, opens, cgroup))
+                .collect()
+        };
+        let mut baseline = measure(&[], settings.opens);
+        let mut configs = Vec::new();
+        let tracer = watch(scene, &[], Stdio::null());
+        configs.push(("gpu-trace watch > /dev/null", measure(&[], settings.opens)));
+        tracer.stop();
+        let file = fs::File::create(&out_file).expect("output file");
+        let tracer = watch(scene, &["--format", "json"], Stdio::from(file));
+        configs.push((
+            "gpu-trace watch --format json > file",
+            measure(&[], settings.opens),
+        ));
+        tracer.stop();
+        let tracer = bpftrace();
+        configs.push(("bpftrace opensnoop-like", measure(&[], settings.opens)));
+        tracer.stop();
+        // strace is far slower: fewer opens, same per-open figure.
+        configs.push((
+            "strace -f -e trace=openat",
+            measure(
+                &["strace", "-f", "-e", "trace=openat", "-o", "/dev/null"],
+                settings.opens / 20,
+            ),
+        ));
+        // A second baseline after the tracers, to average out drift.
+        baseline.extend(measure(&[], settings.opens));
+        let (base, base_lo, base_hi) = median_and_spread(baseline);
+        let mut entries = vec![
+            json!({ "config": "baseline (nothing attached)", "ns_per_open": base, "min": base_lo, "max": base_hi, "ratio": 1.0 }),
+        ];
+        for (config, values) in configs {
+            let (median, lo, hi) = median_and_spread(values);
+            entries.push(json!({ "config": config, "ns_per_open": median, "min": lo, "max": hi, "ratio": median / base }));
+        }
+        rows.push(json!({ "target": name, "configs": entries }));
+    }
+    let _ = fs::remove_file(&out_file);
+    Value::Array(rows)
+}
+
+/// K producers hammer the denied node; watch writes JSON to a file.
+fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
+    eprintln!("bench: denied-event throughput");
+    let producers = 2;
+    let mut steps = Vec::new();
+    let mut best_zero_loss = 0.0f64;
+    let mut peak_rss_kib = 0u64;
+    // Flat out first, then paced rates, rising until events are lost.
+    let rates: Vec<f64> = std::iter::once(0.0)
+        .chain([50e3, 100e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3])
+        .collect();
+    for rate in rates {
+        let out_file = scene.regular_file.with_file_name("throughput.jsonl");
+        let file = fs::File::create(&out_file).expect("output file");
+        let mut command = Command::new(GPU_TRACE);
+        command
+            .args([
+                "watch",
+                "--format",
+                "json",
+                "--major",
+                &scene.major.to_string(),
+            ])
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::piped());
+        let mut child = command.stdin(Stdio::null()).spawn().expect("watch");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        for line in stderr.by_ref() {
+            if line.expect("stderr").starts_with("gpu-trace: ready") {
+                break;
+            }
+        }
+        let per_producer = if rate == 0.0 {
+            1_000_000_000
+        } else {
+            (rate / producers as f64 * settings.seconds as f64) as u64
+        };
+        let started = Instant::now();
+        let workers: Vec<Child> = (0..producers)
+            .map(|_| {
+                let mut c = Command::new(open_loop);
+                c.arg(&scene.denied_node).arg(per_producer.to_string());
+                if rate > 0.0 {
+                    c.arg((rate / producers as f64).to_string());
+                }
+                c.stdout(Stdio::piped());
+                let _procs = place_child_in(&mut c, &[scene.cgroup.path()]).expect("join cgroup");
+                c.spawn().expect("producer")
+            })
+            .collect();
+        if rate == 0.0 {
+            thread::sleep(Duration::from_secs(settings.seconds));
+            for w in &workers {
+                let _ = kill(Pid::from_raw(w.id() as i32), Signal::SIGINT);
+            }
+        }
+        for w in workers {
+            let _ = w.wait_with_output();
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        thread::sleep(Duration::from_millis(300)); // let watch drain
+        peak_rss_kib = peak_rss_kib.max(peak_rss(child.id()));
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
+        let summary = stderr
+            .map_while(Result::ok)
+            .find(|l| l.contains("detached;"))
+            .unwrap_or_default();
+        let _ = child.wait();
+        let events = summary_number(&summary, "events");
+        let lost = summary_number(&summary, "lost");
+        let received = fs::read_to_string(&out_file)
+            .map(|t| t.lines().count() as u64)
+            .unwrap_or(0);
+        let produced = events + lost;
+        let rate_seen = produced as f64 / elapsed;
+        steps.push(json!({
+            "target_rate": if rate == 0.0 { Value::from("flat out") } else { Value::from(rate) },
+            "produced": produced, "received": received, "lost": lost, "events_per_s": rate_seen,
+        }));
+        if lost == 0 && received == produced {
+            best_zero_loss = best_zero_loss.max(rate_seen);
+        } else if rate > 0.0 {
+            break;
+        }
+    }
+    json!({ "producers": producers, "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss, "peak_rss_mib": peak_rss_kib as f64 / 1024.0 })
+}
+
+fn summary_number(summary: &str, word: &str) -> u64 {
+    summary
+        .split([',', ';'])
+        .find_map(|part| {
+            part.trim()
+                .strip_prefix(word)
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn peak_rss(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// exec -> attached and reporting, and `run -- true` end to end.
+fn startup(settings: &Settings, scene: &Scene) -> Value {
+    eprintln!("bench: start-up");
+    let attach: Vec<f64> = (0..settings.startups)
+        .map(|_| {
+            let started = Instant::now();
+            let tracer = watch(scene, &[], Stdio::null());
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            tracer.stop();
+            ms
+        })
+        .collect();
+    let run_true: Vec<f64> = (0..settings.startups)
+        .map(|_| {
+            let started = Instant::now();
+            let status = Command::new(GPU_TRACE)
+                .args(["run", "--", "true"])
+                .stderr(Stdio::null())
+                .status()
+                .expect("run");
+            assert!(status.success());
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let (attach_ms, attach_lo, attach_hi) = median_and_spread(attach);
+    let (run_ms, run_lo, run_hi) = median_and_spread(run_true);
+    json!({
+        "watch_exec_to_ready_ms": { "median": attach_ms, "min": attach_lo, "max": attach_hi },
+        "run_true_ms": { "median": run_ms, "min": run_lo, "max": run_hi },
+    })
+}
+
+fn machine() -> String {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_default();
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{} CPUs, {cpu}, kernel {}",
+        thread::available_parallelism().map_or(0, |n| n.get()),
+        kernel.trim()
+    )
+}
+
+fn print_tables(results: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "gpu-trace benchmark, {} on {}",
+        results["date"].as_str().unwrap_or(""),
+        results["machine"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(out, "\nOpen overhead (median ns per open()+close(), [min-max], ratio to the baseline of this run):");
+    for row in results["open_overhead"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  {}", row["target"].as_str().unwrap_or(""));
+        for c in row["configs"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "    {:<40} {:>9.0} ns  [{:.0}-{:.0}]  x{:.3}",
+                c["config"].as_str().unwrap_or(""),
+                c["ns_per_open"].as_f64().unwrap_or(0.0),
+                c["min"].as_f64().unwrap_or(0.0),
+                c["max"].as_f64().unwrap_or(0.0),
+                c["ratio"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    let t = &results["throughput"];
+    let _ = writeln!(
+        out,
+        "\nDenied-event throughput ({} producers, watch --format json > file):",
+        t["producers"]
+    );
+    for s in t["steps"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s",
+            s["target_rate"].to_string().trim_matches('"'),
+            s["produced"],
+            s["received"],
+            s["lost"],
+            s["events_per_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  highest rate with zero loss: {:.0} events/s",
+        t["highest_zero_loss_events_per_s"].as_f64().unwrap_or(0.0)
+    );
+    let _ = writeln!(
+        out,
+        "  peak RSS of watch: {:.1} MiB",
+        t["peak_rss_mib"].as_f64().unwrap_or(0.0)
+    );
+    let s = &results["startup"];
+    let _ = writeln!(out, "\nStart-up (median [min-max]):");
+    for (name, key) in [
+        ("watch: exec to ready", "watch_exec_to_ready_ms"),
+        ("run -- true, end to end", "run_true_ms"),
+    ] {
+        let _ = writeln!(
+            out,
+            "    {:<28} {:>6.1} ms  [{:.1}-{:.1}]",
+            name,
+            s[key]["median"].as_f64().unwrap_or(0.0),
+            s[key]["min"].as_f64().unwrap_or(0.0),
+            s[key]["max"].as_f64().unwrap_or(0.0)
+        );
+    }
+}

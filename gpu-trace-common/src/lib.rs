@@ -47,7 +47,7 @@ pub const FOLLOWED_CAPACITY: u32 = 16384;
 /// Capacity of the watched-majors filter.
 pub const WATCHED_MAJORS_CAPACITY: u32 = 256;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
-pub const EVENTS_RING_BYTES: u32 = 1 << 20;
+pub const EVENTS_RING_BYTES: u32 = 4 << 20;
 /// Bytes of the opened path kept per event, including the terminating NUL.
 pub const PATH_LEN: usize = 256;
 pub const COMM_LEN: usize = 16;

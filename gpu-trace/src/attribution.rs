@@ -1,9 +1,15 @@
 //! Which policy refused a live denial: the same evaluator `check` uses, run
-//! against the programs in force on the event's cgroup. Policies are cached
-//! per cgroup and reused while its set of programs stays the same.
+//! against the programs in force on the event's cgroup. Policies and their
+//! answers are cached per cgroup and re-read when its set of programs changes.
 
-use std::{collections::HashMap, fs::File, path::PathBuf};
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+    rc::Rc,
+    time::{Duration, Instant},
+};
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::{
@@ -12,6 +18,7 @@ use crate::{
     enrich::Record,
     evaluator::DeviceQuery,
     event::Verdict,
+    output::Rendered,
     policy::{Answer, CgroupPolicy, ProgramCache},
 };
 
@@ -58,9 +65,8 @@ impl DeniedBy {
 pub struct Attributor {
     mount: PathBuf,
     programs: ProgramCache,
-    /// By cgroup id: the effective program ids as the kernel lists them
-    /// (observers included) and the policy read for them.
-    policies: HashMap<u64, (Vec<u32>, CgroupPolicy)>,
+    /// By cgroup id.
+    policies: FxHashMap<u64, CachedPolicy>,
 }
 
 impl Attributor {
@@ -68,12 +74,12 @@ impl Attributor {
         Self {
             mount: mount.into(),
             programs: ProgramCache::default(),
-            policies: HashMap::new(),
+            policies: FxHashMap::default(),
         }
     }
 
     /// For denials only; None for anything else.
-    pub fn denied_by(&mut self, record: &Record) -> Option<DeniedBy> {
+    pub fn denied_by(&mut self, record: &Record) -> Option<Rc<Rendered<DeniedBy>>> {
         let a = &record.access;
         let query = DeviceQuery {
             dev_type: if a.block_device { 1 } else { 2 },
@@ -83,55 +89,120 @@ impl Attributor {
         };
         match a.verdict {
             Verdict::DeniedByBpfPolicy => Some(self.bpf_culprit(record, &query)),
-            Verdict::DeniedAfterBpf => Some(v1_culprit(a.pid, &query)),
+            Verdict::DeniedAfterBpf => Some(Rc::new(Rendered::new(v1_culprit(a.pid, &query)))),
             _ => None,
         }
     }
 
-    fn bpf_culprit(&mut self, record: &Record, query: &DeviceQuery) -> DeniedBy {
-        let unknown = |note: String| DeniedBy::Unknown { note };
+    fn bpf_culprit(&mut self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
         let Some(cgroup) = &record.cgroup else {
-            return unknown("the cgroup is gone, so its policy cannot be read".into());
+            return Rc::new(Rendered::new(DeniedBy::Unknown {
+                note: "the cgroup is gone, so its policy cannot be read".into(),
+            }));
         };
-        let policy = match self.policy(record.access.cgroup_id, cgroup) {
-            Ok(policy) => policy,
-            Err(e) => {
-                return unknown(format!(
-                    "cannot read the device policy of {}: {e:#}",
-                    cgroup.display()
-                ))
+        let id = record.access.cgroup_id;
+        // The common case, a repeated denial: one hash lookup.
+        if let Some(known) = self
+            .policies
+            .get(&id)
+            .filter(|c| c.checked.elapsed() < RECHECK_AFTER)
+            .and_then(|c| c.answers.get(query))
+        {
+            return known.clone();
+        }
+        let mut culprit = self.evaluate(id, cgroup, query, false);
+        if matches!(culprit, Err(Disagreement)) {
+            // The programs may have changed since the last look: look again.
+            culprit = self.evaluate(id, cgroup, query, true);
+        }
+        let culprit = Rc::new(Rendered::new(culprit.unwrap_or_else(|Disagreement| DeniedBy::Unknown {
+            note: "the evaluator and the kernel disagree: the programs in force now allow this access (they may have changed since)".into(),
+        })));
+        if let Some(cached) = self.policies.get_mut(&id) {
+            cached.answers.insert(*query, culprit.clone());
+        }
+        culprit
+    }
+
+    /// Evaluates the cgroup's policy, re-reading it when the kernel's list of
+    /// programs changed (checked at most every RECHECK_AFTER, or now if `recheck`).
+    fn evaluate(
+        &mut self,
+        id: u64,
+        cgroup: &Path,
+        query: &DeviceQuery,
+        recheck: bool,
+    ) -> Result<DeniedBy, Disagreement> {
+        let stale = self
+            .policies
+            .get(&id)
+            .is_none_or(|c| recheck || c.checked.elapsed() >= RECHECK_AFTER);
+        if stale {
+            if let Err(e) = self.refresh(id, cgroup) {
+                return Ok(DeniedBy::Unknown {
+                    note: format!(
+                        "cannot read the device policy of {}: {e:#}",
+                        cgroup.display()
+                    ),
+                });
             }
-        };
+        }
+        let policy = &self.policies[&id].policy;
         match policy.answer(query) {
             Answer::DeniedBy(i) => {
                 let p = &policy.programs[i];
-                DeniedBy::Program { id: p.id, name: p.name.clone(), tag: p.tag.clone(), attached_at: p.attached_at.clone() }
+                Ok(DeniedBy::Program {
+                    id: p.id,
+                    name: p.name.clone(),
+                    tag: p.tag.clone(),
+                    attached_at: p.attached_at.clone(),
+                })
             }
-            Answer::Unknown(i, why) => unknown(format!("cannot evaluate program {}: {why}", policy.programs[i].id)),
-            Answer::Allowed => unknown(
-                "the evaluator and the kernel disagree: the programs in force now allow this access (they may have changed since)".into(),
-            ),
+            Answer::Unknown(i, why) => Ok(DeniedBy::Unknown {
+                note: format!("cannot evaluate program {}: {why}", policy.programs[i].id),
+            }),
+            Answer::Allowed => Err(Disagreement),
         }
     }
 
-    /// The cached policy of a cgroup, re-read when its programs changed.
-    fn policy(
-        &mut self,
-        cgroup_id: u64,
-        cgroup: &std::path::Path,
-    ) -> anyhow::Result<&CgroupPolicy> {
+    /// Re-queries the cgroup's programs; re-reads the policy only if they changed.
+    fn refresh(&mut self, id: u64, cgroup: &Path) -> anyhow::Result<()> {
         let dir = self.mount.join(cgroup.strip_prefix("/").unwrap_or(cgroup));
         let current = device_programs(File::open(&dir)?, true)?.program_ids;
-        let fresh = self
-            .policies
-            .get(&cgroup_id)
-            .is_some_and(|(ids, _)| *ids == current);
-        if !fresh {
-            let policy = CgroupPolicy::read(&self.mount, cgroup, &mut self.programs)?;
-            self.policies.insert(cgroup_id, (current, policy));
+        match self.policies.get_mut(&id) {
+            Some(cached) if cached.ids == current => cached.checked = Instant::now(),
+            _ => {
+                let policy = CgroupPolicy::read(&self.mount, cgroup, &mut self.programs)?;
+                self.policies.insert(
+                    id,
+                    CachedPolicy {
+                        ids: current,
+                        policy,
+                        checked: Instant::now(),
+                        answers: FxHashMap::default(),
+                    },
+                );
+            }
         }
-        Ok(&self.policies[&cgroup_id].1)
+        Ok(())
     }
+}
+
+/// The programs in force allow what the kernel denied.
+struct Disagreement;
+
+/// How long a cgroup's list of programs is trusted before it is queried
+/// again. A change inside this window shows up as a disagreement between
+/// the evaluator and the kernel, which re-reads at once.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// A cgroup's policy as last read, and the answers worked out from it.
+struct CachedPolicy {
+    /// The effective program ids as the kernel lists them (observers included).
+    ids: Vec<u32>,
+    policy: CgroupPolicy,
+    checked: Instant,
+    answers: FxHashMap<DeviceQuery, Rc<Rendered<DeniedBy>>>,
 }
 
 fn v1_culprit(pid: u32, query: &DeviceQuery) -> DeniedBy {

@@ -4,7 +4,6 @@
 //! directory in the cgroup2 mount, also on hybrid v1/v2 hosts.
 
 use std::{
-    collections::HashMap,
     fs::{self, File},
     io,
     os::{
@@ -17,6 +16,7 @@ use std::{
 };
 
 use anyhow::Context;
+use rustc_hash::FxHashMap;
 
 /// Finds the cgroup2 mount point in the text of /proc/self/mountinfo:
 /// /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
@@ -117,7 +117,7 @@ fn unescape_mountinfo(field: &str) -> String {
 /// cgroup does not turn into a burst of tree walks.
 pub struct CgroupPaths {
     mount: PathBuf,
-    by_id: HashMap<u64, PathBuf>,
+    by_id: FxHashMap<u64, PathBuf>,
     last_scan: Option<Instant>,
 }
 
@@ -127,7 +127,7 @@ impl CgroupPaths {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
         Self {
             mount: mount.into(),
-            by_id: HashMap::new(),
+            by_id: FxHashMap::default(),
             last_scan: None,
         }
     }
@@ -138,10 +138,12 @@ impl CgroupPaths {
 
     /// The path of cgroup `id`, relative to the mount and starting with '/'.
     pub fn resolve(&mut self, id: u64) -> Option<&Path> {
-        let fresh_enough = self
-            .last_scan
-            .is_some_and(|at| at.elapsed() < MIN_RESCAN_INTERVAL);
-        if !self.by_id.contains_key(&id) && !fresh_enough {
+        // A hit costs one lookup; the clock is read only on a miss.
+        if !self.by_id.contains_key(&id)
+            && self
+                .last_scan
+                .is_none_or(|at| at.elapsed() >= MIN_RESCAN_INTERVAL)
+        {
             self.rescan();
         }
         self.by_id.get(&id).map(PathBuf::as_path)

@@ -3,9 +3,11 @@
 //!
 //! The catalogue of causes is documented in README.md ("Root causes").
 
-use std::{collections::HashSet, path::Path};
+use std::{path::Path, rc::Rc};
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::{
     attribution::DeniedBy,
@@ -49,53 +51,140 @@ impl Cause {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct Diagnosis {
     pub cause: Cause,
     /// What happened, in plain words.
     pub explanation: String,
     /// What to change, one step per line.
     pub fix: Vec<String>,
+    /// The fix on one line, for event streams.
+    #[serde(skip)]
+    pub hint: String,
+    /// `explanation` and `hint` as JSON strings, rendered once: the same
+    /// diagnosis goes out with every repeat of a denial.
+    #[serde(skip)]
+    pub json_explanation: Box<RawValue>,
+    #[serde(skip)]
+    pub json_hint: Box<RawValue>,
 }
 
-impl Diagnosis {
-    /// The fix on one line, for event streams.
-    pub fn hint(&self) -> String {
-        self.fix.join("; ")
+/// What the cause functions below work out; `Diagnosis` adds the renderings.
+struct Parts {
+    cause: Cause,
+    explanation: String,
+    fix: Vec<String>,
+}
+
+impl From<Parts> for Diagnosis {
+    fn from(parts: Parts) -> Self {
+        let hint = parts.fix.join("; ");
+        let render = |text: &str| {
+            RawValue::from_string(serde_json::to_string(text).expect("a string serializes"))
+                .expect("valid JSON")
+        };
+        Self {
+            json_explanation: render(&parts.explanation),
+            json_hint: render(&hint),
+            cause: parts.cause,
+            explanation: parts.explanation,
+            fix: parts.fix,
+            hint,
+        }
     }
 }
 
 /// Remembers which (cgroup, device) pairs were allowed, to recognise rules
-/// rewritten while a container runs.
+/// rewritten while a container runs, and caches diagnoses: a denial
+/// retried in a loop is diagnosed once.
 #[derive(Debug, Default)]
 pub struct Diagnoser {
-    allowed: HashSet<(u64, u32, u32)>,
+    allowed: FxHashSet<(u64, u32, u32)>,
     /// cgroups in which the NVIDIA frontend (195) was seen allowed.
-    frontend_allowed: HashSet<u64>,
+    frontend_allowed: FxHashSet<u64>,
+    cache: FxHashMap<DiagnosisKey, Option<Rc<Diagnosis>>>,
+    /// Which /proc/devices snapshot (its generation) the cache was filled against.
+    majors_seen: Option<u64>,
 }
+
+/// Everything a diagnosis depends on besides what `Diagnoser` learns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DiagnosisKey {
+    cgroup_id: u64,
+    device: (bool, u32, u32),
+    access: u16,
+    verdict: Verdict,
+    ret: Option<i32>,
+    uid: u32,
+    path: Option<Vec<u8>>,
+    /// The culprit as attribution cached it (same answer, same allocation).
+    culprit: Option<usize>,
+}
+
+/// Enough for every distinct problem a host shows at once; a flood of
+/// distinct paths only empties it more often.
+const CACHE_LIMIT: usize = 4096;
 
 impl Diagnoser {
     /// Learns from every record; returns a diagnosis for problems.
-    pub fn diagnose(&mut self, record: &Record, majors: &CharMajors) -> Option<Diagnosis> {
-        let a = &record.access;
-        let key = (a.cgroup_id, a.major, a.minor);
-        if a.verdict == Verdict::Allowed {
-            self.allowed.insert(key);
-            if record.node.is_some_and(|n| !n.has_dynamic_major()) {
-                self.frontend_allowed.insert(a.cgroup_id);
-            }
-            return stale_node_opened(record, majors);
+    /// `majors_generation` changes whenever `majors` does.
+    pub fn diagnose(
+        &mut self,
+        record: &Record,
+        majors: &CharMajors,
+        majors_generation: u64,
+    ) -> Option<Rc<Diagnosis>> {
+        let learned = self.learn(record);
+        if learned || self.majors_seen != Some(majors_generation) || self.cache.len() >= CACHE_LIMIT
+        {
+            self.cache.clear();
+            self.majors_seen = Some(majors_generation);
         }
+        let a = &record.access;
+        let key = DiagnosisKey {
+            cgroup_id: a.cgroup_id,
+            device: (a.device_seen, a.major, a.minor),
+            access: a.access,
+            verdict: a.verdict,
+            ret: a.open.as_ref().map(|o| o.ret),
+            uid: a.uid,
+            path: a.open.as_ref().map(|o| o.path.clone()),
+            culprit: record.denied_by.as_ref().map(|d| Rc::as_ptr(d) as usize),
+        };
+        if let Some(known) = self.cache.get(&key) {
+            return known.clone();
+        }
+        let diagnosis = self
+            .work_out(record, majors)
+            .map(|parts| Rc::new(Diagnosis::from(parts)));
+        self.cache.insert(key, diagnosis.clone());
+        diagnosis
+    }
+
+    /// Records allowed accesses; true when that changes what is known.
+    fn learn(&mut self, record: &Record) -> bool {
+        let a = &record.access;
+        if a.verdict != Verdict::Allowed {
+            return false;
+        }
+        let new_pair = self.allowed.insert((a.cgroup_id, a.major, a.minor));
+        let new_frontend = record.node.is_some_and(|n| !n.has_dynamic_major())
+            && self.frontend_allowed.insert(a.cgroup_id);
+        new_pair || new_frontend
+    }
+
+    fn work_out(&self, record: &Record, majors: &CharMajors) -> Option<Parts> {
+        let a = &record.access;
         let errno = a.open.as_ref().and_then(|o| o.errno());
         Some(match a.verdict {
-            Verdict::Allowed => unreachable!("handled above"),
+            Verdict::Allowed => return stale_node_opened(record, majors),
             Verdict::FailedBeforeDeviceCheck if errno == Some(libc::EACCES) => {
                 file_permissions(record)
             }
             Verdict::FailedBeforeDeviceCheck => node_missing(record),
             Verdict::DeniedAfterBpf => v1_devices_list(record),
             Verdict::DeniedByBpfPolicy => {
-                if self.allowed.contains(&key) {
+                if self.allowed.contains(&(a.cgroup_id, a.major, a.minor)) {
                     rules_rewritten(record)
                 } else if let Some(stale) = stale_major(record, majors) {
                     stale
@@ -124,7 +213,7 @@ fn path_of(record: &Record) -> String {
 /// "the device policy prog 920 (lxc_dev) at /lxc/200 (of ct 200)" when
 /// attribution found the program, else "the device policy of ct 200".
 fn policy_text(record: &Record) -> String {
-    match &record.denied_by {
+    match record.denied_by.as_deref().map(|c| &**c) {
         Some(culprit @ DeniedBy::Program { .. }) => {
             format!(
                 "the device policy {} (of {})",
@@ -157,7 +246,7 @@ fn dynamic_major_not_allowed(
     record: &Record,
     majors: &CharMajors,
     frontend_allowed: bool,
-) -> Diagnosis {
+) -> Parts {
     let node = record.node.expect("checked by the caller");
     let major = todays_major(node, majors).unwrap_or(record.access.major);
     let frontend = if frontend_allowed {
@@ -165,7 +254,7 @@ fn dynamic_major_not_allowed(
     } else {
         "it does not allow"
     };
-    Diagnosis {
+    Parts {
         cause: Cause::DynamicMajorNotAllowed,
         explanation: format!(
             "{} denies {}: {frontend} {}'s major {major}, which the kernel assigns when the module loads and which can change after a reboot or driver update",
@@ -178,7 +267,7 @@ fn dynamic_major_not_allowed(
 }
 
 /// The node carries a major that is not its driver's today.
-fn stale_major(record: &Record, majors: &CharMajors) -> Option<Diagnosis> {
+fn stale_major(record: &Record, majors: &CharMajors) -> Option<Parts> {
     let a = &record.access;
     let node = NvidiaNode::from_path(&a.open.as_ref()?.path)?;
     let today = todays_major(node, majors)?;
@@ -196,7 +285,7 @@ fn stale_major(record: &Record, majors: &CharMajors) -> Option<Diagnosis> {
         today,
         node,
     ));
-    Some(Diagnosis {
+    Some(Parts {
         cause: Cause::StaleMajor,
         explanation: format!(
             "{path} is c {}:{} but {} has major {today} today (/proc/devices): the node, and maybe the allow rule, predate a reboot or driver update",
@@ -210,12 +299,12 @@ fn stale_major(record: &Record, majors: &CharMajors) -> Option<Diagnosis> {
 
 /// An allowed open that still failed with ENXIO because the node's major
 /// belongs to no driver: the stale-major case where the policy let it by.
-fn stale_node_opened(record: &Record, majors: &CharMajors) -> Option<Diagnosis> {
+fn stale_node_opened(record: &Record, majors: &CharMajors) -> Option<Parts> {
     let errno = record.access.open.as_ref()?.errno()?;
     (errno == libc::ENXIO && record.driver.is_none()).then(|| stale_major(record, majors))?
 }
 
-fn rules_rewritten(record: &Record) -> Diagnosis {
+fn rules_rewritten(record: &Record) -> Parts {
     let node = record.node;
     let driver = node.map_or("nvidia-uvm", NvidiaNode::driver);
     let fix = match record.container.runtime {
@@ -235,7 +324,7 @@ fn rules_rewritten(record: &Record) -> Diagnosis {
             node.unwrap_or(NvidiaNode::Uvm),
         ),
     };
-    Diagnosis {
+    Parts {
         cause: Cause::RulesRewritten,
         explanation: format!(
             "{} opened {} earlier in this trace and is now denied: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs)",
@@ -246,7 +335,7 @@ fn rules_rewritten(record: &Record) -> Diagnosis {
     }
 }
 
-fn node_missing(record: &Record) -> Diagnosis {
+fn node_missing(record: &Record) -> Parts {
     let path = path_of(record);
     let (why, fix) = match NvidiaNode::from_path(path.as_bytes()) {
         Some(NvidiaNode::Uvm | NvidiaNode::UvmTools) => (
@@ -275,7 +364,7 @@ fn node_missing(record: &Record) -> Diagnosis {
             record.container.label()
         ));
     }
-    Diagnosis {
+    Parts {
         cause: Cause::NodeMissing,
         explanation: format!("{path} does not exist (ENOENT): {why}"),
         fix: fixes,
@@ -286,9 +375,9 @@ fn uvm_module_loaded() -> bool {
     Path::new("/sys/module/nvidia_uvm").exists()
 }
 
-fn file_permissions(record: &Record) -> Diagnosis {
+fn file_permissions(record: &Record) -> Parts {
     let path = path_of(record);
-    Diagnosis {
+    Parts {
         cause: Cause::FilePermissions,
         explanation: format!(
             "{path} refused uid {} with EACCES: its file mode or group does not let this user in; this is not the device policy",
@@ -301,9 +390,9 @@ fn file_permissions(record: &Record) -> Diagnosis {
     }
 }
 
-fn v1_devices_list(record: &Record) -> Diagnosis {
+fn v1_devices_list(record: &Record) -> Parts {
     let a = &record.access;
-    Diagnosis {
+    Parts {
         cause: Cause::V1DevicesList,
         explanation: format!(
             "the BPF device policies allowed {} for {}, but the open still got EPERM: the cgroup v1 devices controller (devices.list) denies it",
@@ -323,9 +412,9 @@ fn v1_devices_list(record: &Record) -> Diagnosis {
     }
 }
 
-fn device_denied(record: &Record) -> Diagnosis {
+fn device_denied(record: &Record) -> Parts {
     let node = record.node;
-    Diagnosis {
+    Parts {
         cause: Cause::DeviceDenied,
         explanation: format!("{} denies {}", policy_text(record), device_text(record)),
         fix: allow_device(
@@ -442,13 +531,13 @@ mod tests {
             },
             time: SystemTime::UNIX_EPOCH,
             cgroup: Some(cgroup.into()),
-            container: identify(
+            container: Rc::new(crate::output::Rendered::new(identify(
                 cgroup,
                 &NameSources {
                     pve_lxc_dir: "/none".into(),
                     docker_containers_dir: "/none".into(),
                 },
-            ),
+            ))),
             driver,
             device: node.map(NvidiaNode::name),
             node,
@@ -457,15 +546,15 @@ mod tests {
         }
     }
 
-    fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Diagnosis> {
-        d.diagnose(r, &CharMajors::parse(PROC_DEVICES))
+    fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
+        d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)
     }
 
     #[test]
     fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {
         let mut d = Diagnoser::default();
         let ctl = record("/lxc/200", "/dev/nvidiactl", 195, 255, Verdict::Allowed, 3);
-        assert_eq!(diagnose(&mut d, &ctl), None);
+        assert!(diagnose(&mut d, &ctl).is_none());
         let uvm = record(
             "/lxc/200",
             "/dev/nvidia-uvm",
@@ -486,7 +575,7 @@ mod tests {
                 && diag.fix[0].contains("lxc.cgroup2.devices.allow: c 509:* rwm"),
             "{diag:?}"
         );
-        assert!(diag.hint().contains("pct reboot 200"));
+        assert!(diag.hint.contains("pct reboot 200"));
     }
 
     #[test]
@@ -502,7 +591,7 @@ mod tests {
             -1,
         );
         r.driver = None;
-        let diag = d.diagnose(&r, &majors).expect("diagnosis");
+        let diag = d.diagnose(&r, &majors, 1).expect("diagnosis");
         assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
         assert!(
             diag.fix[0].contains("c 511:* rwm") && diag.fix[0].contains("/var/lib/lxc/box/config"),
@@ -548,20 +637,18 @@ mod tests {
     fn allowed_then_denied_means_rules_were_rewritten() {
         let mut d = Diagnoser::default();
         let path = "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
-        assert_eq!(
-            diagnose(
-                &mut d,
-                &record(path, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3)
-            ),
-            None
-        );
+        assert!(diagnose(
+            &mut d,
+            &record(path, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3)
+        )
+        .is_none());
         let diag = diagnose(
             &mut d,
             &record(path, "/dev/nvidia0", 195, 0, Verdict::DeniedByBpfPolicy, -1),
         )
         .expect("diagnosis");
         assert_eq!(diag.cause, Cause::RulesRewritten);
-        assert!(diag.hint().contains("create-dev-char-symlinks"), "{diag:?}");
+        assert!(diag.hint.contains("create-dev-char-symlinks"), "{diag:?}");
     }
 
     #[test]
@@ -615,7 +702,7 @@ mod tests {
         );
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert_eq!(diag.cause, Cause::V1DevicesList);
-        assert!(diag.hint().contains("devices.allow") && diag.hint().contains("c 509:* rmw"));
+        assert!(diag.hint.contains("devices.allow") && diag.hint.contains("c 509:* rmw"));
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! container, driver and node names.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
+    rc::Rc,
     time::{Duration, Instant, SystemTime},
 };
+
+use rustc_hash::FxHashMap;
 
 use crate::{
     attribution::DeniedBy,
@@ -14,6 +16,7 @@ use crate::{
     diagnose::Diagnosis,
     event::{BootClock, DeviceAccess},
     identity::{identify, Container, NameSources},
+    output::Rendered,
 };
 
 #[derive(Debug, Clone)]
@@ -22,7 +25,7 @@ pub struct Record {
     pub time: SystemTime,
     /// Relative to the cgroup2 mount; None when the cgroup is gone and was never seen.
     pub cgroup: Option<PathBuf>,
-    pub container: Container,
+    pub container: Rc<Rendered<Container>>,
     /// Driver that owns the major per /proc/devices; None when no driver does.
     pub driver: Option<String>,
     /// Node name: "nvidia-uvm", "nvidiactl", "nvidia0", ...
@@ -30,17 +33,19 @@ pub struct Record {
     /// Which NVIDIA node this is, from its driver or, failing that, its path.
     pub node: Option<NvidiaNode>,
     /// Filled in by the attribution stage for denials: the policy that refused it.
-    pub denied_by: Option<DeniedBy>,
+    pub denied_by: Option<Rc<Rendered<DeniedBy>>>,
     /// Filled in by the diagnosis stage for problems.
-    pub diagnosis: Option<Diagnosis>,
+    pub diagnosis: Option<Rc<Diagnosis>>,
 }
 
 pub struct Enricher {
     cgroups: CgroupPaths,
-    containers: HashMap<u64, Container>,
+    containers: FxHashMap<u64, Rc<Rendered<Container>>>,
     names: NameSources,
     majors: CharMajors,
     majors_read_at: Instant,
+    /// Bumped whenever `majors` changes, so that caches built on it know.
+    majors_generation: u64,
     clock: BootClock,
 }
 
@@ -51,16 +56,21 @@ impl Enricher {
     pub fn new(cgroups: CgroupPaths, majors: CharMajors) -> Self {
         Self {
             cgroups,
-            containers: HashMap::new(),
+            containers: FxHashMap::default(),
             names: NameSources::default(),
             majors,
             majors_read_at: Instant::now(),
+            majors_generation: 0,
             clock: BootClock::now(),
         }
     }
 
     pub fn majors(&self) -> &CharMajors {
         &self.majors
+    }
+
+    pub fn majors_generation(&self) -> u64 {
+        self.majors_generation
     }
 
     pub fn cgroups(&mut self) -> &mut CgroupPaths {
@@ -73,6 +83,7 @@ impl Enricher {
         match CharMajors::read() {
             Ok(now) if now != self.majors => {
                 self.majors = now;
+                self.majors_generation += 1;
                 true
             }
             _ => false,
@@ -124,7 +135,7 @@ impl Enricher {
     }
 
     /// Identity per cgroup id, cached: names come from files on disk.
-    fn container(&mut self, cgroup_id: u64, cgroup: Option<&PathBuf>) -> Container {
+    fn container(&mut self, cgroup_id: u64, cgroup: Option<&PathBuf>) -> Rc<Rendered<Container>> {
         if let Some(known) = self.containers.get(&cgroup_id) {
             return known.clone();
         }
@@ -132,7 +143,7 @@ impl Enricher {
             || format!("(gone, id {cgroup_id})"),
             |p| p.to_string_lossy().into_owned(),
         );
-        let container = identify(&path, &self.names);
+        let container = Rc::new(Rendered::new(identify(&path, &self.names)));
         if cgroup.is_some() {
             self.containers.insert(cgroup_id, container.clone());
         }

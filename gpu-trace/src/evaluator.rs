@@ -39,7 +39,7 @@ impl Insn {
 }
 
 /// What the program was asked about: the `bpf_cgroup_dev_ctx` it would see.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceQuery {
     /// 1 block, 2 char (`BPF_DEVCG_DEV_*`).
     pub dev_type: u16,

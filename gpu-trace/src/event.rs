@@ -8,7 +8,7 @@ use gpu_trace_common::{
 };
 
 /// What decided an access, as far as gpu-trace can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {
     Allowed,
     /// A cgroup BPF device policy returned deny (seen with bpf_get_retval).

@@ -7,6 +7,7 @@ use std::io::{self, Write};
 
 use chrono::{DateTime, Local, Utc};
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::{
     attribution::DeniedBy,
@@ -21,6 +22,35 @@ pub enum Format {
     Human,
     /// One JSON object per line (JSON lines), field names documented in README.md.
     Json,
+}
+
+/// A value with its JSON rendered once: containers and culprits repeat on
+/// every event of a busy cgroup, and serializing them anew each time was a
+/// large part of the per-event cost.
+#[derive(Debug)]
+pub struct Rendered<T> {
+    value: T,
+    json: Box<RawValue>,
+}
+
+impl<T: Serialize> Rendered<T> {
+    pub fn new(value: T) -> Self {
+        let json = serde_json::value::to_raw_value(&value).expect("plain data serializes");
+        Self { value, json }
+    }
+}
+
+impl<T> std::ops::Deref for Rendered<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> Serialize for Rendered<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
 }
 
 pub fn write_record(out: &mut impl Write, format: Format, record: &Record) -> io::Result<()> {
@@ -98,7 +128,7 @@ pub fn human_line(record: &Record) -> String {
     }
     if let Some(diagnosis) = &record.diagnosis {
         line.push_str("\n        fix: ");
-        line.push_str(&printable(diagnosis.hint().as_bytes()));
+        line.push_str(&printable(diagnosis.hint.as_bytes()));
     }
     line
 }
@@ -172,7 +202,7 @@ struct JsonRecord<'a> {
     comm_hex: Option<String>,
     cgroup_id: u64,
     cgroup: Option<String>,
-    container: &'a Container,
+    container: &'a Rendered<Container>,
     device: Option<&'a str>,
     driver: Option<&'a str>,
     #[serde(rename = "type")]
@@ -188,10 +218,11 @@ struct JsonRecord<'a> {
     path_truncated: bool,
     ret: Option<i32>,
     errno: Option<String>,
-    denied_by: Option<&'a DeniedBy>,
+    denied_by: Option<&'a Rendered<DeniedBy>>,
     cause: Option<&'static str>,
-    explanation: Option<&'a str>,
-    hint: Option<String>,
+    /// Rendered once per diagnosis (see `Diagnosis`).
+    explanation: Option<&'a RawValue>,
+    hint: Option<&'a RawValue>,
 }
 
 impl<'a> From<&'a Record> for JsonRecord<'a> {
@@ -235,10 +266,10 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             path_truncated: a.open.as_ref().is_some_and(|o| o.path_truncated),
             ret: a.open.as_ref().map(|o| o.ret),
             errno: a.open.as_ref().and_then(|o| o.errno()).map(errno_name),
-            denied_by: record.denied_by.as_ref(),
+            denied_by: record.denied_by.as_deref(),
             cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
-            explanation: record.diagnosis.as_ref().map(|d| d.explanation.as_str()),
-            hint: record.diagnosis.as_ref().map(|d| d.hint()),
+            explanation: record.diagnosis.as_ref().map(|d| &*d.json_explanation),
+            hint: record.diagnosis.as_ref().map(|d| &*d.json_hint),
         }
     }
 }
@@ -274,7 +305,10 @@ mod tests {
             },
             time: SystemTime::UNIX_EPOCH,
             cgroup: Some(PathBuf::from("/lxc/200")),
-            container: crate::identity::identify("/lxc/200", &Default::default()),
+            container: std::rc::Rc::new(Rendered::new(crate::identity::identify(
+                "/lxc/200",
+                &Default::default(),
+            ))),
             driver: Some("nvidia-uvm".into()),
             device: Some("nvidia-uvm".into()),
             node: Some(crate::devices::NvidiaNode::Uvm),

@@ -28,7 +28,11 @@ impl Pipeline {
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
         record.denied_by = self.attributor.denied_by(&record);
-        record.diagnosis = self.diagnoser.diagnose(&record, self.enricher.majors());
+        record.diagnosis = self.diagnoser.diagnose(
+            &record,
+            self.enricher.majors(),
+            self.enricher.majors_generation(),
+        );
         record
     }
 }

@@ -12,7 +12,7 @@ use std::{
 use anyhow::Context;
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{CgroupAttachMode, CgroupDevice, TracePoint},
+    programs::{trace_point::TracePointLink, CgroupAttachMode, CgroupDevice, TracePoint},
     Ebpf, EbpfLoader,
 };
 use gpu_trace_common::{global, map, program, DeviceAccessEvent};
@@ -78,6 +78,22 @@ pub struct Tracer {
     hooks: Vec<Hook>,
     notes: Vec<String>,
     cgroup2_mount: PathBuf,
+    /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
+    tracepoint_links: Vec<TracePointLink>,
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        // Detaching a tracepoint waits for an RCU grace period (about 70 ms
+        // on the build machine); one after another, eight of them made `run`
+        // take half a second to exit. Side by side they cost one.
+        let links = std::mem::take(&mut self.tracepoint_links);
+        std::thread::scope(|scope| {
+            for link in links {
+                scope.spawn(move || drop(link));
+            }
+        });
+    }
 }
 
 impl Tracer {
@@ -110,22 +126,20 @@ impl Tracer {
         }
 
         let mut hooks = Vec::new();
+        let mut tracepoint_links = Vec::new();
         let followed = if config.follow_process_tree {
             // Required in this mode: without them descendants would go unseen.
             for (program, event) in [
                 (program::FOLLOW_FORK, "sched_process_fork"),
                 (program::FOLLOW_EXIT, "sched_process_exit"),
             ] {
-                let tracepoint = tracepoint_mut(&mut ebpf, program)?;
-                tracepoint
-                    .load()
-                    .with_context(|| format!("loading {program}"))?;
-                tracepoint
-                    .attach("sched", event)
-                    .map_err(|e| Unsupported::HookRefused {
+                let link = attach_tracepoint(&mut ebpf, program, "sched", event).map_err(|e| {
+                    Unsupported::HookRefused {
                         hook: format!("tracepoint sched:{event}"),
-                        reason: format!("{e}; without it the process tree cannot be followed"),
-                    })?;
+                        reason: format!("{e:#}; without it the process tree cannot be followed"),
+                    }
+                })?;
+                tracepoint_links.push(link);
             }
             hooks.push(Hook {
                 name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)"
@@ -137,12 +151,16 @@ impl Tracer {
             None
         };
         for syscall in &OPEN_SYSCALLS {
-            let refused = attach_open_syscall(&mut ebpf, syscall).err().map(|e| {
-                format!(
+            let refused = match attach_open_syscall(&mut ebpf, syscall) {
+                Ok(links) => {
+                    tracepoint_links.extend(links);
+                    None
+                }
+                Err(e) => Some(format!(
                     "{e:#}; {} calls reach the observer without their path and errno",
                     syscall.name
-                )
-            });
+                )),
+            };
             hooks.push(Hook {
                 name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
                 refused,
@@ -165,6 +183,7 @@ impl Tracer {
             hooks,
             notes: tracefs_note.into_iter().collect(),
             cgroup2_mount: cgroup2_mount.to_path_buf(),
+            tracepoint_links,
         })
     }
 
@@ -254,33 +273,43 @@ fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
         .with_context(|| format!("map {name} missing from the eBPF object"))
 }
 
-fn attach_open_syscall(ebpf: &mut Ebpf, syscall: &OpenSyscall) -> anyhow::Result<()> {
+fn attach_open_syscall(
+    ebpf: &mut Ebpf,
+    syscall: &OpenSyscall,
+) -> anyhow::Result<Vec<TracePointLink>> {
     // Both halves or neither: an entry without its exit would only fill the
-    // table. The exit goes first so that no call is stashed and never finished.
-    let halves = [
-        (syscall.exit, format!("sys_exit_{}", syscall.name)),
-        (syscall.enter, format!("sys_enter_{}", syscall.name)),
-    ];
-    let mut attach = || -> anyhow::Result<()> {
-        for (program, event) in &halves {
-            let tracepoint = tracepoint_mut(ebpf, program)?;
-            tracepoint
-                .load()
-                .with_context(|| format!("loading {program}"))?;
-            tracepoint
-                .attach("syscalls", event)
-                .with_context(|| format!("attaching to syscalls:{event}"))?;
-        }
-        Ok(())
-    };
-    let result = attach();
-    if result.is_err() {
-        for (program, _) in &halves {
-            // Unloading detaches; a half never loaded just says so.
-            let _ = tracepoint_mut(ebpf, program).map(|tp| tp.unload());
-        }
-    }
-    result
+    // table (on error the links taken so far are dropped, which detaches
+    // them). The exit goes first so that no call is stashed and never finished.
+    let exit = attach_tracepoint(
+        ebpf,
+        syscall.exit,
+        "syscalls",
+        &format!("sys_exit_{}", syscall.name),
+    )?;
+    let enter = attach_tracepoint(
+        ebpf,
+        syscall.enter,
+        "syscalls",
+        &format!("sys_enter_{}", syscall.name),
+    )?;
+    Ok(vec![exit, enter])
+}
+
+/// Loads `program` and attaches it to `category:event`; the link is ours to own.
+fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &str,
+    category: &str,
+    event: &str,
+) -> anyhow::Result<TracePointLink> {
+    let tracepoint = tracepoint_mut(ebpf, program)?;
+    tracepoint
+        .load()
+        .with_context(|| format!("loading {program}"))?;
+    let id = tracepoint
+        .attach(category, event)
+        .with_context(|| format!("attaching to {category}:{event}"))?;
+    Ok(tracepoint.take_link(id)?)
 }
 
 fn tracepoint_mut<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut TracePoint> {

@@ -53,6 +53,9 @@ enum Task {
         /// Where the machine-readable summary goes.
         #[arg(long, default_value = "bench/results.json")]
         json: PathBuf,
+        /// Run one group only: overhead, throughput or startup.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
     Fuzz {
@@ -67,7 +70,9 @@ fn main() -> ExitCode {
         Task::Run { args } => setup().and_then(|()| run(&args)),
         Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
         Task::Fuzz { seconds } => fuzz(seconds),
-        Task::Bench { quick, json } => setup().and_then(|()| bench(quick, &json)),
+        Task::Bench { quick, json, only } => {
+            setup().and_then(|()| bench(quick, &json, only.as_deref()))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -190,7 +195,7 @@ fn test(lint: bool) -> anyhow::Result<()> {
 /// The tools the benchmark compares gpu-trace with.
 const BENCH_PACKAGES: [&str; 2] = ["bpftrace", "strace"];
 
-fn bench(quick: bool, json: &Path) -> anyhow::Result<()> {
+fn bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()> {
     require_root("the benchmark (it attaches tracers)")?;
     apt_install(&BENCH_PACKAGES)?;
     let json = if json.is_absolute() {
@@ -215,6 +220,9 @@ fn bench(quick: bool, json: &Path) -> anyhow::Result<()> {
         .arg(&json);
     if quick {
         command.arg("--quick");
+    }
+    if let Some(group) = only {
+        command.args(["--only", group]);
     }
     run_checked(&mut command)
 }

@@ -69,8 +69,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         target.as_deref(),
     ))?;
     let lost = tracer.lost_events();
-    drop(tracer);
-
     let exit_code = exit_code_of(status);
     let mut err = io::stderr().lock();
     match args.format {
@@ -91,6 +89,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             writeln!(err, "{summary}")?;
         }
     }
+    // The report is out; detaching takes a while (see Tracer's Drop).
+    drop(tracer);
     Ok(exit_code)
 }
 

@@ -145,7 +145,10 @@ pub fn run() -> anyhow::Result<bool> {
         failures.extend(expect.check(caught, cgroup.relative_path(), child.pid, driver_present));
     }
     // The denial must be attributed to the very program the selftest attached.
-    let culprit = records.iter().find_map(|r| r.denied_by.as_ref());
+    let culprit = records
+        .iter()
+        .find_map(|r| r.denied_by.as_deref())
+        .map(|c| &**c);
     match (culprit, policy.program_id()) {
         (Some(DeniedBy::Program { id, .. }), Some(expected)) if *id == expected => {}
         (other, expected) => failures.push(format!(

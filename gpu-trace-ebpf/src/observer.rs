@@ -14,6 +14,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     DeviceAccessEvent, DEV_TYPE_CHAR, FLAG_SEEN_BY_OBSERVER, SEEN_DEVICE, SEEN_WATCHED,
+    SYSCALL_NONE,
 };
 
 use crate::maps::{
@@ -36,24 +37,29 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
     // for its exit, which knows the path and the errno. Unwatched devices are
     // recorded too: a failed open of a /dev/nvidia* node with a stale major
     // is reported with its device number.
-    if let Some(call) = IN_FLIGHT.get_ptr_mut(tid) {
-        // SAFETY: the entry belongs to this thread, which is running here;
-        // bpf_get_retval is available from kernel 5.18, which the loader checks.
+    // (An entry whose call has finished stays in the table, marked SYSCALL_NONE.)
+    let in_call = IN_FLIGHT
+        .get_ptr_mut(tid)
+        // SAFETY: the entry belongs to this thread, which is running here.
+        .filter(|call| unsafe { (**call).syscall } != SYSCALL_NONE);
+    if let Some(call) = in_call {
+        // SAFETY: as above; bpf_get_retval is available from kernel 5.18,
+        // which the loader checks.
         let call = unsafe { &mut *call };
-        call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
-        call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-        call.uid = bpf_get_current_uid_gid() as u32;
         call.major = dev.major;
         call.minor = dev.minor;
         call.access = access;
         call.dev_type = dev_type;
         call.bpf_retval = unsafe { bpf_get_retval() };
-        call.seen = SEEN_DEVICE
-            | if is_watched(dev_type, dev.major) {
-                SEEN_WATCHED
-            } else {
-                0
-            };
+        call.seen = SEEN_DEVICE;
+        // The rest only for watched devices: every char device open (a tty,
+        // /dev/null) passes here, and each helper call costs.
+        if is_watched(dev_type, dev.major) {
+            call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+            call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+            call.uid = bpf_get_current_uid_gid() as u32;
+            call.seen |= SEEN_WATCHED;
+        }
         return ALLOW;
     }
 

@@ -14,8 +14,8 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     DeviceAccessEvent, OpenInFlight, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER,
-    NVIDIA_DEV_PREFIX, PATH_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_OPEN, SYSCALL_OPENAT,
-    SYSCALL_OPENAT2,
+    NVIDIA_DEV_PREFIX, PATH_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
+    SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::maps::{count_lost_event, current_is_followed, report_allowed, EVENTS, IN_FLIGHT};
@@ -70,6 +70,17 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
     let Ok(path_ptr) = (unsafe { ctx.read_at::<u64>(path_arg) }) else {
         return 0;
     };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // A thread's entry stays between its calls: rewriting it in place costs a
+    // lookup, where replacing it (update) or removing it (delete) cost more.
+    if let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) {
+        // SAFETY: only this thread, running here, touches its entry.
+        let entry = unsafe { &mut *entry };
+        entry.path_ptr = path_ptr;
+        entry.syscall = syscall;
+        entry.seen = 0;
+        return 0;
+    }
     let call = OpenInFlight {
         path_ptr,
         boot_ns: 0,
@@ -83,7 +94,6 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
         syscall,
         seen: 0,
     };
-    let tid = bpf_get_current_pid_tgid() as u32;
     // A full table only evicts the oldest entry (LRU); nothing to count here.
     let _ = IN_FLIGHT.insert(tid, call, 0);
     0
@@ -92,12 +102,17 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
 fn finish_call(ctx: &TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(call) = IN_FLIGHT.get_ptr(tid) else {
+    let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) else {
         return 0;
     };
-    // SAFETY: this thread's own entry; copied out before it is removed.
-    let call = unsafe { *call };
-    let _ = IN_FLIGHT.remove(tid);
+    // SAFETY: this thread's own entry; copied out, then marked finished so
+    // that the observer no longer takes the thread to be inside an open.
+    let entry = unsafe { &mut *entry };
+    if entry.syscall == SYSCALL_NONE {
+        return 0;
+    }
+    let call = *entry;
+    entry.syscall = SYSCALL_NONE;
     // SAFETY: the offset comes from the tracepoint's format.
     let ret = unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0) as i32;
     let seen = call.seen & SEEN_DEVICE != 0;
@@ -141,7 +156,8 @@ fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
     };
     let tid = pid_tgid as u32;
     let event = entry.write(DeviceAccessEvent::zeroed());
-    if call.seen & SEEN_DEVICE != 0 {
+    // The observer takes these only for watched devices.
+    if call.seen & SEEN_WATCHED != 0 {
         event.boot_ns = call.boot_ns;
         event.cgroup_id = call.cgroup_id;
         event.uid = call.uid;

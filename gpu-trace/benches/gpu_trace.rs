@@ -299,36 +299,38 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
     let mut rows = Vec::new();
     for (name, target, cgroup) in targets {
         eprintln!("bench: open overhead, {name}");
-        let measure = |wrapper: &[&str], opens: u64| -> Vec<f64> {
-            (0..settings.runs)
-                .map(|_| run_loop(wrapper, open_loop, target, opens, cgroup))
-                .collect()
-        };
-        let mut baseline = measure(&[], settings.opens);
-        let mut configs = Vec::new();
-        let tracer = watch(scene, &[], Stdio::null());
-        configs.push(("gpu-trace watch > /dev/null", measure(&[], settings.opens)));
-        tracer.stop();
-        let file = fs::File::create(&out_file).expect("output file");
-        let tracer = watch(scene, &["--format", "json"], Stdio::from(file));
-        configs.push((
+        // Rounds, each a baseline run then one run under every tracer: drift on
+        // a noisy machine then hits all configurations alike.
+        let names = [
+            "gpu-trace watch > /dev/null",
             "gpu-trace watch --format json > file",
-            measure(&[], settings.opens),
-        ));
-        tracer.stop();
-        let tracer = bpftrace();
-        configs.push(("bpftrace opensnoop-like", measure(&[], settings.opens)));
-        tracer.stop();
-        // strace is far slower: fewer opens, same per-open figure.
-        configs.push((
+            "bpftrace opensnoop-like",
             "strace -f -e trace=openat",
-            measure(
+        ];
+        let mut baseline = Vec::new();
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        let once =
+            |wrapper: &[&str], opens: u64| run_loop(wrapper, open_loop, target, opens, cgroup);
+        for _ in 0..settings.runs {
+            baseline.push(once(&[], settings.opens));
+            let tracer = watch(scene, &[], Stdio::null());
+            runs[0].push(once(&[], settings.opens));
+            tracer.stop();
+            let file = fs::File::create(&out_file).expect("output file");
+            let tracer = watch(scene, &["--format", "json"], Stdio::from(file));
+            runs[1].push(once(&[], settings.opens));
+            tracer.stop();
+            let tracer = bpftrace();
+            runs[2].push(once(&[], settings.opens));
+            tracer.stop();
+            // strace is far slower: fewer opens, same per-open figure.
+            runs[3].push(once(
                 &["strace", "-f", "-e", "trace=openat", "-o", "/dev/null"],
                 settings.opens / 20,
-            ),
-        ));
-        // A second baseline after the tracers, to average out drift.
-        baseline.extend(measure(&[], settings.opens));
+            ));
+        }
+        let configs = names.into_iter().zip(runs);
+        let in_kernel = in_kernel_cost(scene, &|| once(&[], settings.opens), settings.opens);
         let (base, base_lo, base_hi) = median_and_spread(baseline);
         let mut entries = vec![
             json!({ "config": "baseline (nothing attached)", "ns_per_open": base, "min": base_lo, "max": base_hi, "ratio": 1.0 }),
@@ -337,10 +339,59 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             let (median, lo, hi) = median_and_spread(values);
             entries.push(json!({ "config": config, "ns_per_open": median, "min": lo, "max": hi, "ratio": median / base }));
         }
-        rows.push(json!({ "target": name, "configs": entries }));
+        rows.push(
+            json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel }),
+        );
     }
     let _ = fs::remove_file(&out_file);
     Value::Array(rows)
+}
+
+/// The time gpu-trace's own programs spend per open, from the kernel's BPF
+/// run-time statistics: a figure the machine's noise barely touches (it
+/// leaves out the cost of the tracepoint machinery around the programs).
+fn in_kernel_cost(scene: &Scene, run: &dyn Fn() -> f64, opens: u64) -> Value {
+    let _stats =
+        aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("enable BPF run-time statistics");
+    let tracer = watch(scene, &[], Stdio::null());
+    let before = program_times();
+    run();
+    let after = program_times();
+    tracer.stop();
+    let mut per_program = serde_json::Map::new();
+    let mut total = 0.0;
+    for (name, (time_after, runs_after)) in &after {
+        let (time_before, runs_before) = before.get(name).copied().unwrap_or((0, 0));
+        let ns = (time_after - time_before) as f64 / opens as f64;
+        total += ns;
+        per_program.insert(
+            name.clone(),
+            json!({ "ns_per_open": ns, "runs": runs_after - runs_before }),
+        );
+    }
+    json!({ "total": total, "programs": per_program })
+}
+
+/// Accumulated run time (ns) and run count of gpu-trace's loaded programs, by name.
+fn program_times() -> std::collections::BTreeMap<String, (u64, u64)> {
+    use gpu_trace_common::program;
+    let ours = [
+        program::OBSERVER,
+        program::ENTER_OPENAT,
+        program::EXIT_OPENAT,
+        program::ENTER_OPEN,
+        program::EXIT_OPEN,
+        program::ENTER_OPENAT2,
+        program::EXIT_OPENAT2,
+    ];
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|info| {
+            let name = info.name_as_str()?.to_string();
+            ours.contains(&name.as_str())
+                .then(|| (name, (info.run_time().as_nanos() as u64, info.run_count())))
+        })
+        .collect()
 }
 
 /// K producers hammer the denied node; watch writes JSON to a file.
@@ -516,6 +567,12 @@ fn print_tables(results: &Value) {
     let _ = writeln!(out, "\nOpen overhead (median ns per open()+close(), [min-max], ratio to the baseline of this run):");
     for row in results["open_overhead"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", row["target"].as_str().unwrap_or(""));
+        let kernel = &row["in_kernel_ns_per_open"];
+        let _ = writeln!(
+            out,
+            "    gpu-trace's programs in the kernel: {:.0} ns per open (BPF run-time stats)",
+            kernel["total"].as_f64().unwrap_or(0.0)
+        );
         for c in row["configs"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 out,

@@ -160,6 +160,25 @@ pub struct OpenInFlight {
     pub seen: u16,
 }
 
+impl OpenInFlight {
+    /// A call just entered: only the path pointer and the syscall are known.
+    pub const fn entered(path_ptr: u64, syscall: u16) -> Self {
+        Self {
+            path_ptr,
+            boot_ns: 0,
+            cgroup_id: 0,
+            uid: 0,
+            major: 0,
+            minor: 0,
+            access: 0,
+            dev_type: 0,
+            bpf_retval: 0,
+            syscall,
+            seen: 0,
+        }
+    }
+}
+
 const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48);
 
 /// `OpenInFlight::seen` bits.

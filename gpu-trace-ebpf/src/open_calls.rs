@@ -81,19 +81,7 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
         entry.seen = 0;
         return 0;
     }
-    let call = OpenInFlight {
-        path_ptr,
-        boot_ns: 0,
-        cgroup_id: 0,
-        uid: 0,
-        major: 0,
-        minor: 0,
-        access: 0,
-        dev_type: 0,
-        bpf_retval: 0,
-        syscall,
-        seen: 0,
-    };
+    let call = OpenInFlight::entered(path_ptr, syscall);
     // A full table only evicts the oldest entry (LRU); nothing to count here.
     let _ = IN_FLIGHT.insert(tid, call, 0);
     0

@@ -73,10 +73,6 @@ impl Enricher {
         self.majors_generation
     }
 
-    pub fn cgroups(&mut self) -> &mut CgroupPaths {
-        &mut self.cgroups
-    }
-
     /// Re-reads /proc/devices; returns true when it changed.
     pub fn refresh_majors(&mut self) -> bool {
         self.majors_read_at = Instant::now();

@@ -6,7 +6,6 @@
 use std::{
     collections::HashMap,
     fs::File,
-    io,
     path::{Path, PathBuf},
 };
 
@@ -111,11 +110,6 @@ impl CgroupPolicy {
         })
     }
 
-    /// The program ids, for telling whether the policy changed.
-    pub fn program_ids(&self) -> Vec<u32> {
-        self.programs.iter().map(|p| p.id).collect()
-    }
-
     pub fn answer(&self, query: &DeviceQuery) -> Answer {
         let mut unknown = None;
         for (i, program) in self.programs.iter().enumerate() {
@@ -165,11 +159,4 @@ fn attach_mode(flags: u32) -> &'static str {
     } else {
         "exclusive"
     }
-}
-
-/// Is `err` the kernel saying the cgroup is gone?
-pub fn is_gone(err: &anyhow::Error) -> bool {
-    err.chain()
-        .filter_map(|c| c.downcast_ref::<io::Error>())
-        .any(|e| e.kind() == io::ErrorKind::NotFound)
 }

@@ -6,7 +6,7 @@
 use std::{
     fs::File,
     os::fd::{AsRawFd, RawFd},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use anyhow::Context;
@@ -77,7 +77,6 @@ pub struct Tracer {
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,
     notes: Vec<String>,
-    cgroup2_mount: PathBuf,
     /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
     tracepoint_links: Vec<TracePointLink>,
 }
@@ -182,7 +181,6 @@ impl Tracer {
             lost_events,
             hooks,
             notes: tracefs_note.into_iter().collect(),
-            cgroup2_mount: cgroup2_mount.to_path_buf(),
             tracepoint_links,
         })
     }
@@ -194,10 +192,6 @@ impl Tracer {
     /// Things done to the host on the way (e.g. mounting tracefs), to tell the user once.
     pub fn notes(&self) -> &[String] {
         &self.notes
-    }
-
-    pub fn cgroup2_mount(&self) -> &Path {
-        &self.cgroup2_mount
     }
 
     /// Adds majors to the kernel-side filter (already present ones are kept).

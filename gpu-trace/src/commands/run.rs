@@ -119,6 +119,11 @@ async fn trace_command(
         Some(dir) => place_child_in(&mut command, &[dir])?,
         None => Vec::new(),
     };
+    // Signals are ours before CMD starts, so none can end gpu-trace early.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigquit = signal(SignalKind::quit())?;
     // Our own process joins the followed tree just for the fork: the child
     // is followed from its first instruction, with no race.
     let me = std::process::id();
@@ -139,10 +144,6 @@ async fn trace_command(
     // outlasts `ready` (dropped at the end of this function).
     let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigquit = signal(SignalKind::quit())?;
     let mut report = Report::default();
     let mut stream = |tracer: &mut Tracer| {
         let mut err = io::stderr().lock();

@@ -35,14 +35,13 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let majors = CharMajors::read().context("reading /proc/devices")?;
     let config = tracer_config(&args.devices, &majors, args.all);
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    announce(&tracer, &config);
     let mut pipeline = Pipeline::new(CgroupPaths::new(&host.cgroup2_mount), majors);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the event loop")?;
-    let tally = runtime.block_on(stream(&mut tracer, &mut pipeline, &args))?;
+    let tally = runtime.block_on(stream(&mut tracer, &mut pipeline, &args, &config))?;
     let lost = tracer.lost_events();
     drop(tracer); // detach before the summary, which says so
     eprintln!(
@@ -100,6 +99,7 @@ async fn stream(
     tracer: &mut Tracer,
     pipeline: &mut Pipeline,
     args: &WatchArgs,
+    config: &TracerConfig,
 ) -> anyhow::Result<Tally> {
     // SAFETY: the ring buffer's fd stays open while `tracer` lives, which
     // outlasts `ready` (dropped at the end of this function).
@@ -107,6 +107,9 @@ async fn stream(
         .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    // "ready" only once SIGINT/SIGTERM are ours: a script that stops us right
+    // after it must get the clean detach and the summary.
+    announce(tracer, config);
     let mut majors_poll = interval(MAJORS_POLL);
     majors_poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut out = BufWriter::new(io::stdout().lock());

@@ -265,7 +265,8 @@ impl Background {
 fn watch(scene: &Scene, extra: &[&str], stdout: Stdio) -> Background {
     let mut command = Command::new(GPU_TRACE);
     command
-        .args(["watch", "--major", &scene.major.to_string()])
+        // --fold 0: every event is written, as the measurements assume.
+        .args(["watch", "--fold", "0", "--major", &scene.major.to_string()])
         .args(extra)
         .stdout(stdout);
     Background::start(command, "gpu-trace: ready", false)
@@ -414,6 +415,8 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
                 "watch",
                 "--format",
                 "json",
+                "--fold",
+                "0",
                 "--major",
                 &scene.major.to_string(),
             ])

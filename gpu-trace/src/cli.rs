@@ -26,7 +26,9 @@ pub enum Command {
     gpu-trace watch                      denied NVIDIA device accesses, one line each
     gpu-trace watch --format json        the same as JSON lines
     gpu-trace watch --all                allowed accesses too: who opens the GPUs
-    gpu-trace watch --major 511 -x       also major 511; -x: every device")]
+    gpu-trace watch --major 511 -x       also major 511; -x: every device
+    gpu-trace watch -o /var/log/gpu-trace/denied.jsonl --fold 10s
+    gpu-trace watch --container 200 --device nvidia-uvm")]
     Watch(WatchArgs),
     /// Run CMD, follow its process tree, and report each denied GPU device access with its cause and fix.
     #[command(
@@ -70,14 +72,59 @@ EXAMPLES:
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// Output format.
-    #[arg(short, long, value_enum, default_value_t = Format::Human)]
-    pub format: Format,
+    /// Output format [default: human; json with --output].
+    #[arg(short, long, value_enum)]
+    pub format: Option<Format>,
+    /// Append to FILE instead of writing to stdout; SIGHUP reopens it (log rotation).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Fold identical denials (cgroup, device, access, command) within this window
+    /// into one record with a count; the first is always written at once. 0 disables.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::fold::parse_window)]
+    pub fold: std::time::Duration,
     /// Also show allowed accesses to watched devices.
     #[arg(short, long)]
     pub all: bool,
     #[command(flatten)]
     pub devices: DeviceSelection,
+    /// Only this container (LXC name or CT id, container id or name).
+    #[arg(long, value_name = "NAME-OR-ID")]
+    pub container: Option<String>,
+    /// Only this cgroup and the cgroups below it (relative to the cgroup2 mount).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Only this process.
+    #[arg(short, long)]
+    pub pid: Option<u32>,
+    /// Only processes with this command name.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Only this device: a node or driver name (nvidia-uvm), a major, or MAJ:MIN.
+    #[arg(long, value_name = "DEVICE", value_parser = crate::filter::DeviceFilter::parse)]
+    pub device: Option<crate::filter::DeviceFilter>,
+}
+
+impl WatchArgs {
+    pub fn format(&self) -> Format {
+        self.format.unwrap_or(if self.output.is_some() {
+            Format::Json
+        } else {
+            Format::Human
+        })
+    }
+
+    pub fn filter(&self) -> crate::filter::Filter {
+        crate::filter::Filter {
+            container: self.container.clone(),
+            cgroup: self
+                .cgroup
+                .as_ref()
+                .map(|c| std::path::Path::new("/").join(c.strip_prefix("/").unwrap_or(c))),
+            pid: self.pid,
+            comm: self.comm.clone(),
+            device: self.device.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -530,6 +530,9 @@ mod tests {
                 }),
             },
             time: SystemTime::UNIX_EPOCH,
+            count: 1,
+            first_seen: SystemTime::UNIX_EPOCH,
+            last_seen: SystemTime::UNIX_EPOCH,
             cgroup: Some(cgroup.into()),
             container: Rc::new(crate::output::Rendered::new(identify(
                 cgroup,

@@ -23,6 +23,11 @@ use crate::{
 pub struct Record {
     pub access: DeviceAccess,
     pub time: SystemTime,
+    /// How many identical accesses this record stands for (folding, see
+    /// fold.rs) and when the first and last of them happened.
+    pub count: u64,
+    pub first_seen: SystemTime,
+    pub last_seen: SystemTime,
     /// Relative to the cgroup2 mount; None when the cgroup is gone and was never seen.
     pub cgroup: Option<PathBuf>,
     pub container: Rc<Rendered<Container>>,
@@ -117,8 +122,12 @@ impl Enricher {
         };
         let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
         let container = self.container(access.cgroup_id, cgroup.as_ref());
+        let time = self.clock.wall_time(access.boot_ns);
         Record {
-            time: self.clock.wall_time(access.boot_ns),
+            time,
+            count: 1,
+            first_seen: time,
+            last_seen: time,
             cgroup,
             container,
             driver,

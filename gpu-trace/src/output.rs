@@ -63,6 +63,10 @@ pub fn write_record(out: &mut impl Write, format: Format, record: &Record) -> io
     }
 }
 
+fn rfc3339(time: std::time::SystemTime) -> String {
+    DateTime::<Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
 /// The JSON lines object of one record, as a value (for reports).
 pub fn record_json(record: &Record) -> serde_json::Value {
     serde_json::to_value(JsonRecord::from(record)).expect("plain data serializes")
@@ -115,6 +119,19 @@ pub fn human_line(record: &Record) -> String {
         uid = a.uid,
         cgroup = cgroup_text(record),
     );
+    if record.count > 1 {
+        let seen = |t: std::time::SystemTime| {
+            DateTime::<Local>::from(t)
+                .format("%H:%M:%S%.3f")
+                .to_string()
+        };
+        line.push_str(&format!(
+            "  x{} from {} to {}",
+            record.count,
+            seen(record.first_seen),
+            seen(record.last_seen)
+        ));
+    }
     match &record.denied_by {
         Some(culprit) => {
             line.push_str("  by ");
@@ -192,6 +209,9 @@ fn json_text(bytes: &[u8]) -> (String, Option<String>) {
 #[derive(Serialize)]
 struct JsonRecord<'a> {
     time: String,
+    count: u64,
+    first_seen: String,
+    last_seen: String,
     verdict: &'static str,
     verdict_source: &'static str,
     pid: u32,
@@ -228,7 +248,6 @@ struct JsonRecord<'a> {
 impl<'a> From<&'a Record> for JsonRecord<'a> {
     fn from(record: &'a Record) -> Self {
         let a = &record.access;
-        let time: DateTime<Utc> = record.time.into();
         let (comm, comm_hex) = json_text(&a.comm);
         let (path, path_hex) = match &a.open {
             Some(open) => {
@@ -239,7 +258,10 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
         };
         let seen = a.device_seen;
         Self {
-            time: time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            time: rfc3339(record.time),
+            count: record.count,
+            first_seen: rfc3339(record.first_seen),
+            last_seen: rfc3339(record.last_seen),
             verdict: a.verdict.name(),
             verdict_source: a.verdict.source(),
             pid: a.pid,
@@ -304,6 +326,9 @@ mod tests {
                 }),
             },
             time: SystemTime::UNIX_EPOCH,
+            count: 1,
+            first_seen: SystemTime::UNIX_EPOCH,
+            last_seen: SystemTime::UNIX_EPOCH,
             cgroup: Some(PathBuf::from("/lxc/200")),
             container: std::rc::Rc::new(Rendered::new(crate::identity::identify(
                 "/lxc/200",

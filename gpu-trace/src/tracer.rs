@@ -23,6 +23,13 @@ use crate::{event::DeviceAccess, preflight::Unsupported};
 static TRACER_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-tracer"));
 
+/// Events handed over per `drain` call before the caller gets control back.
+pub const DRAIN_BATCH: usize = 4096;
+/// At most this many events fit in the ring buffer: what a final drain at
+/// shutdown may find, whatever keeps arriving meanwhile.
+pub const RING_CAPACITY_EVENTS: usize =
+    gpu_trace_common::EVENTS_RING_BYTES as usize / size_of::<DeviceAccessEvent>();
+
 /// Which device accesses to report.
 #[derive(Debug, Clone, Default)]
 pub struct TracerConfig {
@@ -237,10 +244,16 @@ impl Tracer {
         self.events.as_raw_fd()
     }
 
-    /// Hands every event waiting in the ring buffer to `each`; returns how many.
-    pub fn drain(&mut self, mut each: impl FnMut(DeviceAccess)) -> usize {
+    /// Hands the events waiting in the ring buffer to `each`, at most
+    /// `limit` of them: under a sustained flood the buffer never empties, and
+    /// the caller must get to write, flush and handle signals in between.
+    /// Returns how many were handed over.
+    pub fn drain(&mut self, limit: usize, mut each: impl FnMut(DeviceAccess)) -> usize {
         let mut count = 0;
-        while let Some(item) = self.events.next() {
+        while count < limit {
+            let Some(item) = self.events.next() else {
+                break;
+            };
             if item.len() < size_of::<DeviceAccessEvent>() {
                 continue;
             }

@@ -33,7 +33,7 @@ use crate::{
     preflight::{check_host, Host},
     report::Report,
     target::{cgroup_dir, container_dir},
-    tracer::Tracer,
+    tracer::{Tracer, DRAIN_BATCH},
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -145,23 +145,27 @@ async fn trace_command(
     let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
     let mut report = Report::default();
-    let mut stream = |tracer: &mut Tracer| {
+    // True when it stopped at the limit (see Tracer::drain).
+    let mut stream = |tracer: &mut Tracer, limit: usize| {
         let mut err = io::stderr().lock();
-        tracer.drain(|access| {
+        let handed = tracer.drain(limit, |access| {
             let record = pipeline.process(access);
             if record.access.verdict.is_problem() {
                 let _ = write_record(&mut err, args.format, &record);
                 report.add(&record);
             }
         });
+        handed == limit
     };
 
+    let mut backlog = false;
     let status = loop {
         tokio::select! {
-            guard = ready.readable() => {
+            guard = ready.readable(), if !backlog => {
                 guard?.clear_ready();
-                stream(tracer);
+                backlog = stream(tracer, DRAIN_BATCH);
             }
+            _ = tokio::task::yield_now(), if backlog => backlog = stream(tracer, DRAIN_BATCH),
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),
             _ = sigterm.recv() => forward(child_pid, Signal::SIGTERM, false),
@@ -170,8 +174,8 @@ async fn trace_command(
         }
     };
     // Every access of the tree happened before its exit; what is still in
-    // the ring buffer belongs to the run.
-    stream(tracer);
+    // the ring buffer belongs to the run, and nothing of the tree adds to it.
+    stream(tracer, usize::MAX);
     Ok((status, report))
 }
 

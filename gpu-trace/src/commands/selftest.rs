@@ -290,7 +290,7 @@ fn collect_child_events(
     let deadline = Instant::now() + EVENT_DEADLINE;
     let mut records = Vec::new();
     while records.len() < expected && Instant::now() < deadline {
-        tracer.drain(|access| {
+        tracer.drain(usize::MAX, |access| {
             if access.pid == pid {
                 records.push(pipeline.process(access));
             }

@@ -1,6 +1,6 @@
 //! `gpu-trace watch`: the long-running stream of denied device accesses.
 
-use std::io::{self, BufWriter, Write};
+use std::io;
 
 use anyhow::Context;
 use tokio::{
@@ -14,14 +14,18 @@ use crate::{
     cli::{DeviceSelection, WatchArgs},
     devices::CharMajors,
     enrich::Enricher,
-    output::write_record,
+    filter::Filter,
+    fold::Folder,
+    output::{write_record, Format},
     pipeline::Pipeline,
     preflight::check_host,
-    tracer::{Tracer, TracerConfig},
+    sink::Sink,
+    tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
 };
 
-/// How often /proc/devices is re-read for NVIDIA majors registered later.
-const MAJORS_POLL: Duration = Duration::from_secs(1);
+/// How often /proc/devices is re-read for NVIDIA majors registered later,
+/// and folded records whose window closed are written.
+const TICK: Duration = Duration::from_secs(1);
 
 /// Counts for the closing summary.
 #[derive(Debug, Default, Clone, Copy)]
@@ -33,7 +37,16 @@ pub struct Tally {
 pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let host = check_host()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;
-    let config = tracer_config(&args.devices, &majors, args.all);
+    let mut devices = args.devices.clone();
+    devices
+        .majors
+        .extend(args.device.as_ref().and_then(|d| d.major()));
+    let config = tracer_config(&devices, &majors, args.all);
+    let mut sink = match &args.output {
+        Some(path) => Sink::file(path.clone())
+            .with_context(|| format!("opening {} for appending", path.display()))?,
+        None => Sink::stdout(),
+    };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
     let mut pipeline = Pipeline::new(CgroupPaths::new(&host.cgroup2_mount), majors);
 
@@ -41,12 +54,25 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the event loop")?;
-    let tally = runtime.block_on(stream(&mut tracer, &mut pipeline, &args, &config))?;
+    let mut flow = Flow {
+        pipeline: &mut pipeline,
+        filter: args.filter(),
+        folder: Folder::new(args.fold),
+        sink: &mut sink,
+        format: args.format(),
+        tally: Tally::default(),
+    };
+    runtime.block_on(stream(&mut tracer, &mut flow, &args, &config))?;
+    let tally = flow.tally;
     let lost = tracer.lost_events();
     drop(tracer); // detach before the summary, which says so
+    let unwritten = match sink.unwritten() {
+        0 => String::new(),
+        n => format!(", not written {n}"),
+    };
     eprintln!(
-        "gpu-trace: detached; events {}, denied {}, lost {}",
-        tally.events, tally.denied, lost
+        "gpu-trace: detached; events {}, denied {}, lost {lost}{unwritten}",
+        tally.events, tally.denied
     );
     Ok(())
 }
@@ -95,75 +121,103 @@ pub fn announce(tracer: &Tracer, config: &TracerConfig) {
     eprintln!("gpu-trace: ready: watching {which} to {what}");
 }
 
+/// Everything between the ring buffer and the output.
+struct Flow<'a> {
+    pipeline: &'a mut Pipeline,
+    filter: Filter,
+    folder: Folder,
+    sink: &'a mut Sink,
+    format: Format,
+    tally: Tally,
+}
+
+impl Flow<'_> {
+    /// Drains up to `limit` events through the pipeline, filter and folder
+    /// into the sink; true when it stopped at the limit (more may wait).
+    fn drain(&mut self, tracer: &mut Tracer, limit: usize) -> anyhow::Result<bool> {
+        let handed = tracer.drain(limit, |access| {
+            self.tally.events += 1;
+            self.tally.denied += u64::from(access.verdict.is_denied());
+            let record = self.pipeline.process(access);
+            if self.filter.accepts(&record) {
+                if let Some(record) = self.folder.admit(record) {
+                    let _ = write_record(self.sink.line_buffer(), self.format, &record);
+                }
+            }
+        });
+        self.flush()?;
+        Ok(handed == limit)
+    }
+
+    /// Writes the folded records whose window closed (all of them at the end).
+    fn write_folded(&mut self, everything: bool) -> anyhow::Result<()> {
+        for record in self.folder.due(everything) {
+            let _ = write_record(self.sink.line_buffer(), self.format, &record);
+        }
+        self.flush()
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        match self.sink.flush() {
+            // `gpu-trace watch | head` ends quietly.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(0),
+            other => Ok(other?),
+        }
+    }
+}
+
 async fn stream(
     tracer: &mut Tracer,
-    pipeline: &mut Pipeline,
+    flow: &mut Flow<'_>,
     args: &WatchArgs,
     config: &TracerConfig,
-) -> anyhow::Result<Tally> {
+) -> anyhow::Result<()> {
     // SAFETY: the ring buffer's fd stays open while `tracer` lives, which
     // outlasts `ready` (dropped at the end of this function).
     let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    // "ready" only once SIGINT/SIGTERM are ours: a script that stops us right
+    let mut hangup = signal(SignalKind::hangup())?;
+    // "ready" only once the signals are ours: a script that stops us right
     // after it must get the clean detach and the summary.
     announce(tracer, config);
-    let mut majors_poll = interval(MAJORS_POLL);
-    majors_poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut out = BufWriter::new(io::stdout().lock());
-    let mut tally = Tally::default();
+    let mut ticks = interval(TICK);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
 
+    // Set when a drain stopped at its limit: go on draining without waiting
+    // for readiness (which is edge-triggered), signals first.
+    let mut backlog = false;
     loop {
         tokio::select! {
-            guard = ready.readable() => {
-                let mut guard = guard?;
-                guard.clear_ready();
-                write_events(tracer, pipeline, args, &mut out, &mut tally)?;
-            }
-            _ = majors_poll.tick() => {
-                if !args.devices.all_devices {
-                    watch_new_majors(tracer, &mut pipeline.enricher)?;
-                }
-            }
+            biased;
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
+            guard = ready.readable(), if !backlog => {
+                guard?.clear_ready();
+                backlog = flow.drain(tracer, DRAIN_BATCH)?;
+            }
+            _ = tokio::task::yield_now(), if backlog => {
+                backlog = flow.drain(tracer, DRAIN_BATCH)?;
+            }
+            _ = ticks.tick() => {
+                flow.write_folded(false)?;
+                if !args.devices.all_devices {
+                    watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
+                }
+            }
+            _ = hangup.recv() => {
+                // logrotate moved the file: carry on in a new one.
+                backlog = flow.drain(tracer, DRAIN_BATCH)?;
+                if let Err(e) = flow.sink.reopen() {
+                    eprintln!("gpu-trace: reopening the output after SIGHUP: {e}");
+                }
+            }
         }
     }
-    // Events already in the ring buffer are part of the run.
-    write_events(tracer, pipeline, args, &mut out, &mut tally)?;
-    Ok(tally)
-}
-
-fn write_events(
-    tracer: &mut Tracer,
-    pipeline: &mut Pipeline,
-    args: &WatchArgs,
-    out: &mut impl Write,
-    tally: &mut Tally,
-) -> anyhow::Result<()> {
-    let mut result = Ok(());
-    tracer.drain(|access| {
-        tally.events += 1;
-        tally.denied += u64::from(access.verdict.is_denied());
-        let record = pipeline.process(access);
-        if result.is_ok() {
-            result = write_record(out, args.format, &record);
-        }
-    });
-    result
-        .and_then(|()| out.flush())
-        .or_else(ignore_closed_pipe)?;
-    Ok(())
-}
-
-/// `gpu-trace watch | head` should end quietly, not with an error.
-fn ignore_closed_pipe(error: io::Error) -> io::Result<()> {
-    if error.kind() == io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
-    Err(error)
+    // Events already in the ring buffer, and folds still open, are part of the run.
+    flow.drain(tracer, RING_CAPACITY_EVENTS)?;
+    flow.write_folded(true)
 }
 
 /// Drivers loaded after start (nvidia-uvm registers its major at load time)

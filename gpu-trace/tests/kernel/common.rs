@@ -4,7 +4,10 @@
 use std::{
     io::{BufRead, BufReader},
     process::{Child, Command, ExitStatus, Stdio},
-    sync::{mpsc, Arc, Mutex},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc, Mutex,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -61,6 +64,7 @@ pub fn scratch_cgroup(host: &Host, test: &str) -> ScratchCgroup {
 pub struct Watcher {
     pub child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    stdout_done: Arc<AtomicBool>,
     stderr: mpsc::Receiver<String>,
     pub stderr_seen: Vec<String>,
 }
@@ -79,10 +83,13 @@ impl Watcher {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let stdout = child.stdout.take().expect("stdout piped");
         let sink = Arc::clone(&lines);
+        let stdout_done = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&stdout_done);
         thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 sink.lock().expect("lines lock").push(line);
             }
+            done.store(true, Ordering::Release);
         });
         let (send, stderr) = mpsc::channel();
         let err = child.stderr.take().expect("stderr piped");
@@ -94,6 +101,7 @@ impl Watcher {
         let mut watcher = Self {
             child,
             lines,
+            stdout_done,
             stderr,
             stderr_seen: Vec::new(),
         };
@@ -151,11 +159,35 @@ impl Watcher {
 
     /// SIGINT, then wait: returns the exit status and the remaining stderr.
     pub fn stop(mut self) -> (ExitStatus, Vec<String>) {
+        self.finish()
+    }
+
+    /// Stops it and returns, besides, every event of `pid` it wrote, also
+    /// those written while it shut down (folded records, for one).
+    pub fn stop_with_events(mut self, pid: u32) -> (ExitStatus, Vec<String>, Vec<Value>) {
+        let (status, stderr) = self.finish();
+        (status, stderr, self.events_of(pid))
+    }
+
+    /// Everything it printed on stderr so far.
+    pub fn stderr_now(&mut self) -> Vec<String> {
+        while let Ok(line) = self.stderr.try_recv() {
+            self.stderr_seen.push(line);
+        }
+        self.stderr_seen.clone()
+    }
+
+    fn finish(&mut self) -> (ExitStatus, Vec<String>) {
         kill(Pid::from_raw(self.child.id() as i32), Signal::SIGINT).expect("signal watcher");
         let status = self.child.wait().expect("wait for watcher");
         // The stderr thread ends at EOF; collect what it read.
         while let Ok(line) = self.stderr.recv_timeout(Duration::from_secs(2)) {
             self.stderr_seen.push(line);
+        }
+        // And the stdout one.
+        let deadline = Instant::now() + WAIT;
+        while !self.stdout_done.load(Ordering::Acquire) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
         }
         (status, std::mem::take(&mut self.stderr_seen))
     }

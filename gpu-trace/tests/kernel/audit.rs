@@ -1,0 +1,257 @@
+//! `watch` as an audit logger: folding repeats, log rotation with SIGHUP,
+//! and the filters.
+
+use std::{
+    fs,
+    path::Path,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    thread,
+    time::Duration,
+};
+
+use gpu_trace::scenario::{run_probe, ScratchCgroup, ScratchPolicy};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
+use serde_json::Value;
+
+use crate::common::*;
+
+fn parse_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("torn or invalid line ({e}): {l:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn ten_thousand_identical_denials_fold_into_exact_counts() {
+    let Some(host) = kernel_test("ten_thousand_identical_denials_fold_into_exact_counts") else {
+        return;
+    };
+    let incident = Incident::new(&host, "fold");
+    const REPEATS: usize = 10_000;
+    let ops = vec![incident.open_rw("nvidia-uvm"); REPEATS];
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--fold",
+        "1s",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    let child = run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &ops).expect("probe");
+    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    let first = watcher.wait_for_events(child.pid, 1);
+    assert_eq!(
+        first[0]["count"], 1,
+        "the first occurrence is written at once: {:#}",
+        first[0]
+    );
+    let (status, stderr, records) = watcher.stop_with_events(child.pid);
+    assert!(status.success());
+    assert!(stderr.iter().any(|l| l.contains("lost 0")), "{stderr:#?}");
+    let total: u64 = records
+        .iter()
+        .map(|r| r["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(
+        total,
+        REPEATS as u64,
+        "counts add up to every denial: {} records",
+        records.len()
+    );
+    assert!(
+        records.len() < 50,
+        "repeats were folded: {} records",
+        records.len()
+    );
+    let folded = records
+        .iter()
+        .find(|r| r["count"].as_u64() > Some(1))
+        .expect("a folded record");
+    assert!(folded["first_seen"].as_str() <= folded["last_seen"].as_str());
+}
+
+#[test]
+fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
+    let Some(host) = kernel_test("sighup_reopens_the_output_file") else {
+        return;
+    };
+    let incident = Incident::new(&host, "rotate");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("denied.jsonl");
+    let rotated = dir.path().join("denied.jsonl.1");
+    let mut watcher = Watcher::start(&[
+        "--output",
+        log.to_str().expect("utf-8"),
+        "--fold",
+        "0",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    // Batches of denials until told to stop; rotation happens in the middle.
+    let rotated_flag = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let cgroup_dir = incident.cgroup.path().to_path_buf();
+        let ops = vec![incident.open_rw("nvidia-uvm"); 500];
+        let rotated_flag = Arc::clone(&rotated_flag);
+        thread::spawn(move || {
+            let mut produced = 0;
+            let mut batches_after_rotation = 0;
+            while batches_after_rotation < 5 {
+                let outcome =
+                    gpu_trace::scenario::run_probe_in(Path::new(GPU_TRACE), &[&cgroup_dir], &ops)
+                        .expect("probe");
+                assert!(
+                    outcome.results.iter().all(|&r| r == libc::EPERM),
+                    "denied: {:?}",
+                    &outcome.results[..3]
+                );
+                produced += outcome.results.len();
+                if rotated_flag.load(Ordering::Acquire) {
+                    batches_after_rotation += 1;
+                }
+            }
+            produced
+        })
+    };
+    // Rotate once denials are being written.
+    let deadline = std::time::Instant::now() + WAIT;
+    while fs::metadata(&log).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            !producer.is_finished(),
+            "the producer stopped before any line was written"
+        );
+        if std::time::Instant::now() > deadline {
+            let stderr = watcher.stderr_now();
+            let (_, rest) = watcher.stop();
+            panic!(
+                "nothing written to {}: {stderr:#?} {rest:#?} now {:?}",
+                log.display(),
+                fs::metadata(&log).map(|m| m.len())
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    fs::rename(&log, &rotated).expect("move the log away");
+    kill(Pid::from_raw(watcher.child.id() as i32), Signal::SIGHUP).expect("SIGHUP");
+    rotated_flag.store(true, Ordering::Release);
+    let produced = producer.join().expect("producer");
+    thread::sleep(Duration::from_millis(300));
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+    let before = parse_lines(&fs::read_to_string(&rotated).expect("rotated file"));
+    let after = parse_lines(&fs::read_to_string(&log).expect("the new file"));
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "lines on both sides: {} / {}",
+        before.len(),
+        after.len()
+    );
+    // Every denial is in one of the two files exactly once, or counted as
+    // lost when the ring buffer overflowed (a debug build under a flood):
+    // nothing goes missing silently.
+    let summary = stderr
+        .iter()
+        .find(|l| l.contains("detached;"))
+        .expect("summary line");
+    let number = |word: &str| -> usize {
+        summary
+            .split([',', ';'])
+            .find_map(|part| part.trim().strip_prefix(word)?.trim().parse().ok())
+            .expect("a count")
+    };
+    assert_eq!(before.len() + after.len(), number("events"), "{summary}");
+    assert_eq!(number("events") + number("lost"), produced, "{summary}");
+}
+
+#[test]
+fn filters_narrow_the_stream() {
+    let Some(host) = kernel_test("filters_narrow_the_stream") else {
+        return;
+    };
+    let incident = Incident::new(&host, "filter-a");
+    let other = ScratchCgroup::create(
+        &host.cgroup2_mount,
+        &format!("gpu-trace-test-filter-b-{}", std::process::id()),
+    )
+    .expect("cgroup b");
+    let _policy = ScratchPolicy::attach(
+        &other,
+        &[(
+            incident.uvm_major,
+            ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD,
+        )],
+    )
+    .expect("policy b");
+    let major = incident.uvm_major.to_string();
+    let a_path = incident
+        .cgroup
+        .relative_path()
+        .to_str()
+        .expect("utf-8")
+        .to_string();
+    let uvm = incident.open_rw("nvidia-uvm");
+    for (filter, want_a, want_b) in [
+        (vec!["--cgroup", a_path.as_str()], true, false),
+        (vec!["--device", "nvidia-uvm"], true, true),
+        (vec!["--device", "195:0"], false, false),
+        (vec!["--comm", "no-such-command"], false, false),
+    ] {
+        let mut args = vec!["--format", "json", "--fold", "0", "--major", major.as_str()];
+        args.extend(&filter);
+        let watcher = Watcher::start(&args);
+        let a = run_probe(
+            Path::new(GPU_TRACE),
+            &[&incident.cgroup],
+            std::slice::from_ref(&uvm),
+        )
+        .expect("probe a");
+        let b = run_probe(Path::new(GPU_TRACE), &[&other], std::slice::from_ref(&uvm))
+            .expect("probe b");
+        // A marker the filter lets through only when expected; wait for what should come.
+        if want_a {
+            watcher.wait_for_events(a.pid, 1);
+        }
+        if want_b {
+            watcher.wait_for_events(b.pid, 1);
+        }
+        thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            !watcher.events_of(a.pid).is_empty(),
+            want_a,
+            "{filter:?}: cgroup a"
+        );
+        assert_eq!(
+            !watcher.events_of(b.pid).is_empty(),
+            want_b,
+            "{filter:?}: cgroup b"
+        );
+        let (status, _) = watcher.stop();
+        assert!(status.success());
+    }
+    // --pid: only that process.
+    let watcher = Watcher::start(&[
+        "--format", "json", "--fold", "0", "--major", &major, "--pid", "1",
+    ]);
+    let a = run_probe(
+        Path::new(GPU_TRACE),
+        &[&incident.cgroup],
+        std::slice::from_ref(&uvm),
+    )
+    .expect("probe");
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        watcher.events_of(a.pid).is_empty(),
+        "--pid 1 hides other processes"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}

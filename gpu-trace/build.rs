@@ -35,6 +35,21 @@ fn main() {
         );
     }
 
+    // For --version and the build-info metric.
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(workspace)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=GPU_TRACE_COMMIT={commit}");
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join(".git/HEAD").display()
+    );
+
     if !Path::new(BPF_RUSTC).exists() {
         fail(&format!("{BPF_RUSTC} (Debian's rustc-web) is missing"));
     }

@@ -9,7 +9,7 @@ use crate::output::Format;
 #[derive(Debug, Parser)]
 #[command(
     name = "gpu-trace",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GPU_TRACE_COMMIT"), ")"),
     about = "Shows denied GPU device accesses live: which device policy refused which device for which cgroup",
     after_help = "Exit status: 0 ok, 1 failure (selftest FAIL, runtime error), 2 usage error, \
 3 not root, 4 no cgroup2 mount, 5 kernel older than 5.18, 6 a required hook refused by the kernel."
@@ -82,6 +82,10 @@ pub struct WatchArgs {
     /// into one record with a count; the first is always written at once. 0 disables.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::fold::parse_window)]
     pub fold: std::time::Duration,
+    /// Serve Prometheus/OpenMetrics counters over HTTP at ADDR/metrics (e.g. 127.0.0.1:9745).
+    /// They count every event, whatever the filters below show.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Also show allowed accesses to watched devices.
     #[arg(short, long)]
     pub all: bool,

@@ -20,6 +20,7 @@ pub mod event;
 pub mod filter;
 pub mod fold;
 pub mod identity;
+pub mod metrics;
 pub mod output;
 pub mod pipeline;
 pub mod policy;

@@ -16,6 +16,7 @@ use crate::{
     enrich::Enricher,
     filter::Filter,
     fold::Folder,
+    metrics::Metrics,
     output::{write_record, Format},
     pipeline::Pipeline,
     preflight::check_host,
@@ -54,12 +55,14 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the event loop")?;
+    let metrics = args.metrics.map(|_| Metrics::new(tracer.hooks()));
     let mut flow = Flow {
         pipeline: &mut pipeline,
         filter: args.filter(),
         folder: Folder::new(args.fold),
         sink: &mut sink,
         format: args.format(),
+        metrics: metrics.as_ref(),
         tally: Tally::default(),
     };
     runtime.block_on(stream(&mut tracer, &mut flow, &args, &config))?;
@@ -128,6 +131,7 @@ struct Flow<'a> {
     folder: Folder,
     sink: &'a mut Sink,
     format: Format,
+    metrics: Option<&'a Metrics>,
     tally: Tally,
 }
 
@@ -139,6 +143,9 @@ impl Flow<'_> {
             self.tally.events += 1;
             self.tally.denied += u64::from(access.verdict.is_denied());
             let record = self.pipeline.process(access);
+            if let Some(metrics) = self.metrics {
+                metrics.observe(&record);
+            }
             if self.filter.accepts(&record) {
                 if let Some(record) = self.folder.admit(record) {
                     let _ = write_record(self.sink.line_buffer(), self.format, &record);
@@ -179,6 +186,9 @@ async fn stream(
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
+    if let (Some(metrics), Some(addr)) = (flow.metrics, args.metrics) {
+        metrics.serve(addr).await?;
+    }
     // "ready" only once the signals are ours: a script that stops us right
     // after it must get the clean detach and the summary.
     announce(tracer, config);
@@ -202,6 +212,9 @@ async fn stream(
             }
             _ = ticks.tick() => {
                 flow.write_folded(false)?;
+                if let Some(metrics) = flow.metrics {
+                    metrics.set_lost(tracer.lost_events());
+                }
                 if !args.devices.all_devices {
                     watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
                 }

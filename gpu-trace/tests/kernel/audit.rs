@@ -255,3 +255,61 @@ fn filters_narrow_the_stream() {
     let (status, _) = watcher.stop();
     assert!(status.success());
 }
+
+#[test]
+fn metrics_count_every_denial_over_http() {
+    let Some(host) = kernel_test("metrics_count_every_denial_over_http") else {
+        return;
+    };
+    let incident = Incident::new(&host, "metrics");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&["--format", "json", "--metrics", &addr, "--major", &major]);
+    const DENIALS: usize = 25;
+    let ops = vec![incident.open_rw("nvidia-uvm"); DENIALS];
+    let child = run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &ops).expect("probe");
+    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    // The first is written at once; the rest fold, but metrics count each one.
+    watcher.wait_for_events(child.pid, 1);
+    let url = format!("http://{addr}/metrics");
+    let deadline = std::time::Instant::now() + WAIT;
+    let (denied, lost) = loop {
+        let body = ureq::get(&url)
+            .call()
+            .expect("scrape")
+            .body_mut()
+            .read_to_string()
+            .expect("body");
+        let value = |prefix: &str| -> Option<f64> {
+            body.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        };
+        let denied = body
+            .lines()
+            .filter(|l| {
+                l.starts_with("gpu_trace_denied_total{")
+                    && l.contains(&format!("major=\"{major}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        if denied >= DENIALS as f64 || std::time::Instant::now() > deadline {
+            assert!(
+                body.contains("gpu_trace_hook_attached{hook=\"cgroup_device observer"),
+                "{body}"
+            );
+            assert!(body.contains("gpu_trace_build_info{"), "{body}");
+            break (denied, value("gpu_trace_events_lost_total"));
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(denied, DENIALS as f64);
+    assert_eq!(lost, Some(0.0));
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}

@@ -62,6 +62,14 @@ EXAMPLES:
         after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1)."
     )]
     Selftest,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "EXAMPLES:
+    gpu-trace completions bash > /etc/bash_completion.d/gpu-trace
+    gpu-trace completions zsh > \"${fpath[1]}/_gpu-trace\"")]
+    Completions { shell: clap_complete::Shell },
+    /// Internal: print the man page (roff), for packaging.
+    #[command(name = "__man", hide = true)]
+    Man,
     /// Internal: the child process selftest and the tests run inside a cgroup.
     #[command(name = "__probe", hide = true)]
     Probe {

@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use gpu_trace::{
     cli::{Cli, Command},
     commands, preflight, scenario,
@@ -29,6 +29,19 @@ fn main() -> ExitCode {
 
         Command::Selftest => commands::selftest::run().map(passed),
         Command::Probe { ops } => scenario::probe_main(&ops).map(|()| ExitCode::SUCCESS),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "gpu-trace",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
     };
     result.unwrap_or_else(|error| {
         eprintln!("gpu-trace: error: {error:#}");

@@ -165,7 +165,7 @@ fn test(lint: bool) -> anyhow::Result<()> {
         ]))?;
     }
     // Unit tests: no privileges needed.
-    run_checked(Command::new(cargo()).args(["test", "--lib", "--bins"]))?;
+    run_checked(Command::new(cargo()).args(["test", "--lib", "--bins", "--test", "deployment"]))?;
     fuzz(CI_FUZZ_SECONDS)?;
     // Kernel tests: real cgroups, policies, device nodes, LXC and runc containers; one at a time.
     if is_root() {

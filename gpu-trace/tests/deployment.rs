@@ -1,0 +1,107 @@
+//! The deployment files in contrib/ parse and say what the README promises.
+//! No privileges needed.
+
+use std::{fs, path::PathBuf};
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+fn contrib(file: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../contrib")
+        .join(file);
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `[Section]` -> key=value lines of a systemd unit.
+fn unit_sections(text: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut sections: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            sections.push((name.to_string(), Vec::new()));
+        } else {
+            let (key, value) = line
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not key=value: {line}"));
+            sections
+                .last_mut()
+                .expect("a key before any section")
+                .1
+                .push((key.into(), value.into()));
+        }
+    }
+    sections
+}
+
+#[test]
+fn systemd_unit_runs_watch_with_output_and_metrics_and_restarts() {
+    let sections = unit_sections(&contrib("gpu-trace.service"));
+    let names: Vec<&str> = sections.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["Unit", "Service", "Install"]);
+    let service = &sections[1].1;
+    let get = |key: &str| {
+        service
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let exec = get("ExecStart").expect("ExecStart");
+    assert!(
+        exec.starts_with("/usr/bin/gpu-trace watch ")
+            && exec.contains("--output /var/log/gpu-trace/denied.jsonl")
+            && exec.contains("--metrics "),
+        "{exec}"
+    );
+    assert_eq!(get("Restart"), Some("on-failure"));
+    assert_eq!(get("ExecReload"), Some("/bin/kill -HUP $MAINPID"));
+}
+
+#[test]
+fn logrotate_snippet_signals_instead_of_copytruncate() {
+    let text = contrib("gpu-trace.logrotate");
+    assert!(text.contains("/var/log/gpu-trace/denied.jsonl {"));
+    assert!(text.contains("--signal=HUP gpu-trace.service"));
+    assert!(!text.lines().any(|l| l.trim() == "copytruncate"));
+    assert_eq!(text.matches('{').count(), text.matches('}').count());
+}
+
+#[test]
+fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
+    let docs =
+        YamlLoader::load_from_str(&contrib("kubernetes/daemonset.yaml")).expect("valid YAML");
+    let ds = &docs[0];
+    assert_eq!(ds["kind"].as_str(), Some("DaemonSet"));
+    assert_eq!(ds["apiVersion"].as_str(), Some("apps/v1"));
+    let pod = &ds["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["annotations"]["prometheus.io/scrape"].as_str(),
+        Some("true")
+    );
+    assert_eq!(pod["spec"]["hostPID"].as_bool(), Some(true));
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["securityContext"]["privileged"].as_bool(),
+        Some(true)
+    );
+    let args: Vec<&str> = container["args"]
+        .as_vec()
+        .expect("args")
+        .iter()
+        .filter_map(Yaml::as_str)
+        .collect();
+    assert_eq!(args[0], "watch");
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_vec()
+        .expect("mounts")
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    for needed in ["/sys/fs/cgroup", "/sys/fs/bpf", "/dev"] {
+        assert!(mounts.contains(&needed), "{needed} mounted: {mounts:?}");
+    }
+    let volumes = pod["spec"]["volumes"].as_vec().expect("volumes");
+    assert_eq!(volumes.len(), mounts.len(), "every mount has a volume");
+}

@@ -4,8 +4,9 @@
 
 use std::{
     env,
+    io::Write,
     path::{Path, PathBuf},
-    process::{Command, ExitCode},
+    process::{Command, ExitCode, Stdio},
 };
 
 use anyhow::{bail, Context};
@@ -39,7 +40,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, then lint and run every test tier: unit tests, kernel tests (root), a short fuzz run.
+    /// Set up, then lint and run every test tier: unit tests, a short fuzz run, the
+    /// package check and the kernel tests (root).
     Test {
         /// Skip `cargo fmt --check` and clippy.
         #[arg(long)]
@@ -57,6 +59,13 @@ enum Task {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Build the release binary and a Debian package (target/dist/gpu-trace_*.deb).
+    Dist {
+        /// Then install the package, run `gpu-trace selftest` from PATH, check
+        /// the man page, and remove it again.
+        #[arg(long)]
+        check: bool,
+    },
     /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
     Fuzz {
         #[arg(long, default_value_t = 60)]
@@ -70,6 +79,7 @@ fn main() -> ExitCode {
         Task::Run { args } => setup().and_then(|()| run(&args)),
         Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
         Task::Fuzz { seconds } => fuzz(seconds),
+        Task::Dist { check } => setup().and_then(|()| dist(check)),
         Task::Bench { quick, json, only } => {
             setup().and_then(|()| bench(quick, &json, only.as_deref()))
         }
@@ -167,6 +177,10 @@ fn test(lint: bool) -> anyhow::Result<()> {
     // Unit tests: no privileges needed.
     run_checked(Command::new(cargo()).args(["test", "--lib", "--bins", "--test", "deployment"]))?;
     fuzz(CI_FUZZ_SECONDS)?;
+    // The Debian package: built, installed, used from PATH, removed.
+    if is_root() {
+        dist(true)?;
+    }
     // Kernel tests: real cgroups, policies, device nodes, LXC and runc containers; one at a time.
     if is_root() {
         apt_install(&TEST_PACKAGES)?;
@@ -190,6 +204,102 @@ fn test(lint: bool) -> anyhow::Result<()> {
                 if env::var_os("CI").is_some() { "1" } else { "" },
             ),
     )
+}
+
+const CARGO_DEB_VERSION: &str = "3.8.0";
+
+/// The package: release binary, man page and completions rendered by the
+/// binary itself, then cargo-deb with the assets listed in gpu-trace/Cargo.toml.
+fn dist(check: bool) -> anyhow::Result<()> {
+    let dist = workspace().join("target/dist");
+    let completions = dist.join("completions");
+    std::fs::create_dir_all(&completions)?;
+    run_checked(Command::new(cargo()).args(["build", "--release", "--package", "gpu-trace"]))?;
+    let binary = workspace().join("target/release/gpu-trace");
+    let render = |args: &[&str]| -> anyhow::Result<Vec<u8>> {
+        let out = Command::new(&binary)
+            .args(args)
+            .output()
+            .with_context(|| format!("running gpu-trace {args:?}"))?;
+        anyhow::ensure!(out.status.success(), "gpu-trace {args:?} failed");
+        Ok(out.stdout)
+    };
+    let man = render(&["__man"])?;
+    let mut gz = Command::new("gzip")
+        .args(["-9n"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    gz.stdin.take().expect("piped").write_all(&man)?;
+    std::fs::write(dist.join("gpu-trace.1.gz"), gz.wait_with_output()?.stdout)?;
+    for (shell, file) in [
+        ("bash", "gpu-trace.bash"),
+        ("zsh", "_gpu-trace"),
+        ("fish", "gpu-trace.fish"),
+    ] {
+        std::fs::write(completions.join(file), render(&["completions", shell])?)?;
+    }
+    let installed = Command::new(cargo())
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        eprintln!("xtask: installing cargo-deb {CARGO_DEB_VERSION}");
+        run_checked(Command::new(cargo()).args([
+            "install",
+            "--locked",
+            &format!("cargo-deb@{CARGO_DEB_VERSION}"),
+        ]))?;
+    }
+    let deb = dist.join(format!("gpu-trace_{}_amd64.deb", env!("CARGO_PKG_VERSION")));
+    run_checked(
+        Command::new(cargo())
+            .args(["deb", "--package", "gpu-trace", "--no-build", "--output"])
+            .arg(&deb),
+    )?;
+    println!("xtask: built {}", deb.display());
+    if check {
+        check_package(&deb)?;
+    }
+    Ok(())
+}
+
+/// Installs the package as a host would, uses it from PATH, removes it.
+fn check_package(deb: &Path) -> anyhow::Result<()> {
+    require_root("installing the package")?;
+    run_checked(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q"])
+            .arg(deb)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    let selftest = Command::new("/usr/bin/gpu-trace")
+        .arg("selftest")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&selftest.stdout);
+    anyhow::ensure!(
+        selftest.status.success() && stdout.lines().any(|l| l.starts_with("PASS")),
+        "selftest from PATH: {stdout}"
+    );
+    let man = Command::new("man").args(["-w", "gpu-trace"]).output();
+    match man {
+        Ok(out) => anyhow::ensure!(out.status.success(), "man -w gpu-trace finds no page"),
+        Err(_) => anyhow::ensure!(
+            Path::new("/usr/share/man/man1/gpu-trace.1.gz").exists(),
+            "no man page installed"
+        ),
+    }
+    run_checked(
+        Command::new("apt-get")
+            .args(["remove", "-y", "-q", "gpu-trace"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    anyhow::ensure!(
+        !Path::new("/usr/bin/gpu-trace").exists(),
+        "/usr/bin/gpu-trace left after removal"
+    );
+    println!("xtask: package installs, runs selftest from PATH (PASS), has its man page, and removes cleanly");
+    Ok(())
 }
 
 /// The tools the benchmark compares gpu-trace with.

@@ -313,3 +313,99 @@ fn metrics_count_every_denial_over_http() {
     let (status, _) = watcher.stop();
     assert!(status.success());
 }
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
+    let Some(host) = kernel_test("soak_sustained_denials") else {
+        return;
+    };
+    let incident = Incident::new(&host, "soak");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("soak.jsonl");
+    // Folding on, as a node agent runs: the log stays small, counts stay exact.
+    let watcher = Watcher::start(&[
+        "--output",
+        log.to_str().expect("utf-8"),
+        "--fold",
+        "1s",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    const SECONDS: u64 = 20;
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..3)
+        .map(|_| {
+            let cgroup_dir = incident.cgroup.path().to_path_buf();
+            let ops = vec![incident.open_rw("nvidia-uvm"); 2000];
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || {
+                let mut produced = 0;
+                while !stop.load(Ordering::Acquire) {
+                    produced += gpu_trace::scenario::run_probe_in(
+                        Path::new(GPU_TRACE),
+                        &[&cgroup_dir],
+                        &ops,
+                    )
+                    .expect("probe")
+                    .results
+                    .len();
+                }
+                produced
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(5));
+    let early = rss_kib(watcher.child.id());
+    thread::sleep(Duration::from_secs(SECONDS - 5));
+    let late = rss_kib(watcher.child.id());
+    stop.store(true, Ordering::Release);
+    let produced: usize = producers
+        .into_iter()
+        .map(|p| p.join().expect("producer"))
+        .sum();
+    thread::sleep(Duration::from_millis(500));
+    let (status, stderr) = watcher.stop();
+    assert!(status.success());
+    eprintln!("soak: {produced} denials in {SECONDS} s; watch RSS {early} KiB after 5 s, {late} KiB at the end");
+    assert!(
+        late <= early + early / 4 + 1024,
+        "resident memory grew: {early} KiB -> {late} KiB"
+    );
+    let summary = stderr
+        .iter()
+        .find(|l| l.contains("detached;"))
+        .expect("summary line");
+    let number = |word: &str| -> usize {
+        summary
+            .split([',', ';'])
+            .find_map(|part| part.trim().strip_prefix(word)?.trim().parse().ok())
+            .expect("a count")
+    };
+    assert_eq!(
+        number("events") + number("lost"),
+        produced,
+        "every denial received or counted as lost: {summary}"
+    );
+    let counted: u64 = parse_lines(&fs::read_to_string(&log).expect("log"))
+        .iter()
+        .map(|r| r["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(
+        counted as usize,
+        number("events"),
+        "the folded counts add up to what was received: {summary}"
+    );
+}

@@ -53,7 +53,7 @@ impl Sink {
         }
         let lines = self.batch.iter().filter(|&&b| b == b'\n').count() as u64;
         let result = match &mut self.file {
-            Some((_, file)) => file.write_all(&self.batch),
+            Some((_, file)) => write_whole(file, &self.batch),
             None => {
                 let mut out = io::stdout().lock();
                 out.write_all(&self.batch).and_then(|()| out.flush())
@@ -94,6 +94,15 @@ impl Sink {
     pub fn unwritten(&self) -> u64 {
         self.unwritten
     }
+}
+
+/// Appends `batch`, or nothing: a write cut short (a full disk) is taken
+/// back, so the file never ends in half a line.
+fn write_whole(file: &mut File, batch: &[u8]) -> io::Result<()> {
+    let before = file.metadata()?.len();
+    file.write_all(batch).inspect_err(|_| {
+        let _ = file.set_len(before);
+    })
 }
 
 fn open_append(path: &PathBuf) -> io::Result<File> {

@@ -409,3 +409,101 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
         "the folded counts add up to what was received: {summary}"
     );
 }
+
+#[test]
+fn containers_started_after_watch_are_covered_without_a_restart() {
+    let Some(host) = kernel_test("containers_started_after_watch") else {
+        return;
+    };
+    let major = uvm_standin().to_string();
+    let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
+    // The cgroup, its policy and its process all come after watch started.
+    let incident = Incident::new(&host, "late");
+    let child = run_probe(
+        Path::new(GPU_TRACE),
+        &[&incident.cgroup],
+        &[incident.open_rw("nvidia-uvm")],
+    )
+    .expect("probe");
+    let events = watcher.wait_for_events(child.pid, 1);
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(
+        events[0]["cgroup"],
+        incident.cgroup.relative_path().to_str().expect("utf-8"),
+        "resolved by a refresh on the unknown id"
+    );
+    assert_eq!(events[0]["denied_by"]["kind"], "program");
+}
+
+/// A tmpfs mount for one test, unmounted on drop.
+struct TinyFs(tempfile::TempDir);
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.0.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
+    let Some(host) = kernel_test("a_full_disk_is_reported_once") else {
+        return;
+    };
+    let incident = Incident::new(&host, "fulldisk");
+    let fs_dir = TinyFs(tempfile::tempdir().expect("mount point"));
+    nix::mount::mount(
+        Some("tmpfs"),
+        fs_dir.0.path(),
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=16k"),
+    )
+    .expect("mount a 16 KiB tmpfs");
+    let log = fs_dir.0.path().join("denied.jsonl");
+    let watcher = Watcher::start(&[
+        "--output",
+        log.to_str().expect("utf-8"),
+        "--fold",
+        "0",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    const DENIALS: usize = 300; // far more lines than 16 KiB holds
+    let child = run_probe(
+        Path::new(GPU_TRACE),
+        &[&incident.cgroup],
+        &vec![incident.open_rw("nvidia-uvm"); DENIALS],
+    )
+    .expect("probe");
+    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    thread::sleep(Duration::from_millis(500));
+    let (status, stderr) = watcher.stop();
+    assert!(
+        status.success(),
+        "a full disk does not stop watch: {stderr:#?}"
+    );
+    let complaints = stderr
+        .iter()
+        .filter(|l| l.contains("cannot write to"))
+        .count();
+    assert_eq!(complaints, 1, "reported once (per minute): {stderr:#?}");
+    let summary = stderr
+        .iter()
+        .find(|l| l.contains("detached;"))
+        .expect("summary");
+    let written = fs::read_to_string(&log)
+        .map(|t| parse_lines(&t).len())
+        .unwrap_or(0);
+    let not_written: usize = summary
+        .rsplit("not written ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a not-written count");
+    assert_eq!(
+        written + not_written,
+        DENIALS,
+        "every event written or counted as not written: {summary}"
+    );
+}

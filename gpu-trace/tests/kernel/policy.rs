@@ -198,9 +198,11 @@ fn proc_devices_with_uvm_at(dir: &Path, major: u32) -> std::path::PathBuf {
     path
 }
 
-fn check_json(container: &str, proc_devices: &Path) -> (Option<i32>, Value) {
+/// `gpu-trace check --format json TARGET...`, e.g. `["--container", name]`.
+fn check_json(target: &[&str], proc_devices: &Path) -> (Option<i32>, Value) {
     let output = Command::new(GPU_TRACE)
-        .args(["check", "--format", "json", "--container", container])
+        .args(["check", "--format", "json"])
+        .args(target)
         .env("GPU_TRACE_PROC_DEVICES", proc_devices)
         .output()
         .expect("run gpu-trace check");
@@ -246,7 +248,14 @@ fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() 
     );
     denying.start();
     let cgroup = denying.wait_running(&host.cgroup2_mount);
-    let (status, report) = check_json(&denying.name, &proc_devices);
+    // By a process in the container, as a user holding its pid would ask.
+    let pid = gpu_trace::target::first_pid_in(&cgroup)
+        .expect("the container's process")
+        .to_string();
+    let (status, by_pid) = check_json(&["--pid", &pid], &proc_devices);
+    assert_eq!(status, Some(1), "{by_pid:#}");
+    assert_eq!(by_pid["pid"], pid.parse::<u32>().expect("pid"));
+    let (status, report) = check_json(&["--container", &denying.name], &proc_devices);
     assert_eq!(status, Some(1), "{report:#}");
     let target = report["views"]
         .as_array()
@@ -296,7 +305,7 @@ fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() 
     );
     allowing.start();
     allowing.wait_running(&host.cgroup2_mount);
-    let (status, report) = check_json(&allowing.name, &proc_devices);
+    let (status, report) = check_json(&["--container", &allowing.name], &proc_devices);
     assert_eq!(status, Some(0), "uvm allowed now: {report:#}");
     assert_eq!(report["usable"], true);
 }

@@ -239,18 +239,7 @@ fn dist(check: bool) -> anyhow::Result<()> {
     ] {
         std::fs::write(completions.join(file), render(&["completions", shell])?)?;
     }
-    let installed = Command::new(cargo())
-        .args(["deb", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !installed {
-        eprintln!("xtask: installing cargo-deb {CARGO_DEB_VERSION}");
-        run_checked(Command::new(cargo()).args([
-            "install",
-            "--locked",
-            &format!("cargo-deb@{CARGO_DEB_VERSION}"),
-        ]))?;
-    }
+    ensure_cargo_tool("deb", "cargo-deb", CARGO_DEB_VERSION)?;
     let deb = dist.join(format!("gpu-trace_{}_amd64.deb", env!("CARGO_PKG_VERSION")));
     run_checked(
         Command::new(cargo())
@@ -337,24 +326,31 @@ fn bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()> {
     run_checked(&mut command)
 }
 
+/// Installs the cargo subcommand `name` (crate `krate` at `version`) when
+/// `cargo name --version` does not answer.
+fn ensure_cargo_tool(name: &str, krate: &str, version: &str) -> anyhow::Result<()> {
+    let installed = Command::new(cargo())
+        .args([name, "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        eprintln!("xtask: installing {krate} {version}");
+        run_checked(Command::new(cargo()).args([
+            "install",
+            "--locked",
+            &format!("{krate}@{version}"),
+        ]))?;
+    }
+    Ok(())
+}
+
 /// How long `test` fuzzes: enough to catch a shallow panic, short for CI.
 const CI_FUZZ_SECONDS: u32 = 20;
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// Runs the evaluator's fuzz target; installs cargo-fuzz when missing.
 fn fuzz(seconds: u32) -> anyhow::Result<()> {
-    let installed = Command::new(cargo())
-        .args(["fuzz", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !installed {
-        eprintln!("xtask: installing cargo-fuzz {CARGO_FUZZ_VERSION}");
-        run_checked(Command::new(cargo()).args([
-            "install",
-            "--locked",
-            &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"),
-        ]))?;
-    }
+    ensure_cargo_tool("fuzz", "cargo-fuzz", CARGO_FUZZ_VERSION)?;
     // cargo fuzz needs the nightly compiler (sanitizer flags); rustup has one here.
     run_checked(
         Command::new("cargo")

@@ -158,16 +158,7 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
     // Every denial is in one of the two files exactly once, or counted as
     // lost when the ring buffer overflowed (a debug build under a flood):
     // nothing goes missing silently.
-    let summary = stderr
-        .iter()
-        .find(|l| l.contains("detached;"))
-        .expect("summary line");
-    let number = |word: &str| -> usize {
-        summary
-            .split([',', ';'])
-            .find_map(|part| part.trim().strip_prefix(word)?.trim().parse().ok())
-            .expect("a count")
-    };
+    let (summary, number) = summary_counts(&stderr);
     assert_eq!(before.len() + after.len(), number("events"), "{summary}");
     assert_eq!(number("events") + number("lost"), produced, "{summary}");
 }
@@ -384,16 +375,7 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
         late <= early + early / 4 + 1024,
         "resident memory grew: {early} KiB -> {late} KiB"
     );
-    let summary = stderr
-        .iter()
-        .find(|l| l.contains("detached;"))
-        .expect("summary line");
-    let number = |word: &str| -> usize {
-        summary
-            .split([',', ';'])
-            .find_map(|part| part.trim().strip_prefix(word)?.trim().parse().ok())
-            .expect("a count")
-    };
+    let (summary, number) = summary_counts(&stderr);
     assert_eq!(
         number("events") + number("lost"),
         produced,
@@ -489,18 +471,11 @@ fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
         .filter(|l| l.contains("cannot write to"))
         .count();
     assert_eq!(complaints, 1, "reported once (per minute): {stderr:#?}");
-    let summary = stderr
-        .iter()
-        .find(|l| l.contains("detached;"))
-        .expect("summary");
+    let (summary, number) = summary_counts(&stderr);
     let written = fs::read_to_string(&log)
         .map(|t| parse_lines(&t).len())
         .unwrap_or(0);
-    let not_written: usize = summary
-        .rsplit("not written ")
-        .next()
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a not-written count");
+    let not_written = number("not written");
     assert_eq!(
         written + not_written,
         DENIALS,

@@ -43,6 +43,23 @@ pub fn kernel_test(name: &str) -> Option<Host> {
     }
 }
 
+/// watch's closing line ("detached; events N, denied N, lost N") and a
+/// reader of its counts by name.
+pub fn summary_counts(stderr: &[String]) -> (String, impl Fn(&str) -> usize + '_) {
+    let summary = stderr
+        .iter()
+        .find(|l| l.contains("detached;"))
+        .expect("summary line")
+        .clone();
+    let line = summary.clone();
+    let number = move |word: &str| -> usize {
+        line.split([',', ';'])
+            .find_map(|part| part.trim().strip_prefix(word)?.trim().parse().ok())
+            .expect("a count")
+    };
+    (summary, number)
+}
+
 /// A major no driver owns, standing in for the dynamic nvidia-uvm major.
 pub fn uvm_standin() -> u32 {
     CharMajors::read()

@@ -59,7 +59,11 @@ EXAMPLES:
     Check(CheckArgs),
     /// Reproduce the nvidia-uvm incident in a scratch cgroup and show the tracer catching it.
     #[command(
-        after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1)."
+        after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1).
+
+EXAMPLES:
+    sudo gpu-trace selftest
+    gpu-trace watch --major 511 & gpu-trace selftest    the denial also shows up live in watch"
     )]
     Selftest,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).

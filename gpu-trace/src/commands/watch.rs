@@ -199,16 +199,19 @@ async fn stream(
     // for readiness (which is edge-triggered), signals first.
     let mut backlog = false;
     loop {
+        // Biased: under a flood the drain branches are always ready, so the
+        // rare ones (signals, the once-a-second tick) must come first or they
+        // would starve (a SIGHUP went unanswered that way).
         tokio::select! {
             biased;
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
-            guard = ready.readable(), if !backlog => {
-                guard?.clear_ready();
-                backlog = flow.drain(tracer, DRAIN_BATCH)?;
-            }
-            _ = tokio::task::yield_now(), if backlog => {
-                backlog = flow.drain(tracer, DRAIN_BATCH)?;
+            _ = hangup.recv() => {
+                // logrotate moved the file: carry on in a new one.
+                flow.flush()?;
+                if let Err(e) = flow.sink.reopen() {
+                    eprintln!("gpu-trace: reopening the output after SIGHUP: {e}");
+                }
             }
             _ = ticks.tick() => {
                 flow.write_folded(false)?;
@@ -219,12 +222,12 @@ async fn stream(
                     watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
                 }
             }
-            _ = hangup.recv() => {
-                // logrotate moved the file: carry on in a new one.
+            guard = ready.readable(), if !backlog => {
+                guard?.clear_ready();
                 backlog = flow.drain(tracer, DRAIN_BATCH)?;
-                if let Err(e) = flow.sink.reopen() {
-                    eprintln!("gpu-trace: reopening the output after SIGHUP: {e}");
-                }
+            }
+            _ = tokio::task::yield_now(), if backlog => {
+                backlog = flow.drain(tracer, DRAIN_BATCH)?;
             }
         }
     }

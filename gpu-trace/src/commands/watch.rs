@@ -53,6 +53,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Look at signals and readiness after every task poll: under a flood
+        // each poll is a whole batch of events, and the default (every 61st)
+        // left a SIGHUP waiting for seconds.
+        .event_interval(1)
         .build()
         .context("starting the event loop")?;
     let metrics = args.metrics.map(|_| Metrics::new(tracer.hooks()));

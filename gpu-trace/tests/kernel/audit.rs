@@ -142,6 +142,15 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
     }
     fs::rename(&log, &rotated).expect("move the log away");
     kill(Pid::from_raw(watcher.child.id() as i32), Signal::SIGHUP).expect("SIGHUP");
+    // watch answers the SIGHUP while the denials keep coming.
+    let deadline = std::time::Instant::now() + WAIT;
+    while !log.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new file after SIGHUP"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
     rotated_flag.store(true, Ordering::Release);
     let produced = producer.join().expect("producer");
     thread::sleep(Duration::from_millis(300));

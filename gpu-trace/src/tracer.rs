@@ -123,13 +123,10 @@ impl Tracer {
             .load(TRACER_OBJECT)
             .context("loading gpu-trace's eBPF object")?;
 
+        // Filled before anything attaches, so no early access is missed.
         let mut watched_majors: HashMap<MapData, u32, u8> =
             HashMap::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?;
-        for &major in &config.majors {
-            watched_majors
-                .insert(major, 1, 0)
-                .with_context(|| format!("adding major {major} to the watch list"))?;
-        }
+        add_majors(&mut watched_majors, &config.majors)?;
 
         let mut hooks = Vec::new();
         let mut tracepoint_links = Vec::new();
@@ -203,12 +200,7 @@ impl Tracer {
 
     /// Adds majors to the kernel-side filter (already present ones are kept).
     pub fn watch_majors(&mut self, majors: &[u32]) -> anyhow::Result<()> {
-        for &major in majors {
-            self.watched_majors
-                .insert(major, 1, 0)
-                .with_context(|| format!("adding major {major} to the watch list"))?;
-        }
-        Ok(())
+        add_majors(&mut self.watched_majors, majors)
     }
 
     /// Adds a process to the followed tree; its later forks join by themselves.
@@ -273,6 +265,14 @@ impl Tracer {
             .map(|per_cpu| per_cpu.iter().sum())
             .unwrap_or(0)
     }
+}
+
+fn add_majors(map: &mut HashMap<MapData, u32, u8>, majors: &[u32]) -> anyhow::Result<()> {
+    for &major in majors {
+        map.insert(major, 1, 0)
+            .with_context(|| format!("adding major {major} to the watch list"))?;
+    }
+    Ok(())
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {

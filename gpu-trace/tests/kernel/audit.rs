@@ -234,8 +234,15 @@ fn filters_narrow_the_stream() {
             want_b,
             "{filter:?}: cgroup b"
         );
-        let (status, _) = watcher.stop();
+        let (status, stderr) = watcher.stop();
         assert!(status.success());
+        // The filter hid them, not a watcher that saw nothing.
+        let (summary, number) = summary_counts(&stderr);
+        assert_eq!(
+            number("denied"),
+            2,
+            "{filter:?}: both denials received: {summary}"
+        );
     }
     // --pid: only that process.
     let watcher = Watcher::start(&[
@@ -252,8 +259,14 @@ fn filters_narrow_the_stream() {
         watcher.events_of(a.pid).is_empty(),
         "--pid 1 hides other processes"
     );
-    let (status, _) = watcher.stop();
+    let (status, stderr) = watcher.stop();
     assert!(status.success());
+    let (summary, number) = summary_counts(&stderr);
+    assert_eq!(
+        number("denied"),
+        1,
+        "the denial was received, then hidden: {summary}"
+    );
 }
 
 #[test]

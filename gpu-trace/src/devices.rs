@@ -172,14 +172,20 @@ impl NvidiaNode {
     }
 }
 
+/// The driver that owns a char major: the one /proc/devices names, or the
+/// NVIDIA frontend for 195, whose major is fixed even with no driver loaded.
+pub fn major_owner(driver: Option<&str>, major: u32) -> Option<&str> {
+    match driver {
+        Some(name) => Some(name),
+        None if major == NVIDIA_FRONTEND_MAJOR => Some("nvidia-frontend"),
+        None => None,
+    }
+}
+
 /// The node name a driver gives a minor, e.g. "nvidia-uvm" or "nvidia0";
 /// for drivers outside NVIDIA's, the driver's own name.
 pub fn node_name(driver: Option<&str>, major: u32, minor: u32) -> Option<String> {
-    let driver = match driver {
-        Some(name) => name,
-        None if major == NVIDIA_FRONTEND_MAJOR => "nvidia-frontend",
-        None => return None,
-    };
+    let driver = major_owner(driver, major)?;
     Some(
         NvidiaNode::from_device(driver, minor).map_or_else(|| driver.to_string(), NvidiaNode::name),
     )

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     attribution::DeniedBy,
     cgroup::CgroupPaths,
-    devices::{node_name, CharMajors, NvidiaNode},
+    devices::{major_owner, node_name, CharMajors, NvidiaNode},
     diagnose::Diagnosis,
     event::{BootClock, DeviceAccess},
     identity::{identify, Container, NameSources},
@@ -108,11 +108,8 @@ impl Enricher {
                 .as_ref()
                 .and_then(|o| NvidiaNode::from_path(&o.path))
         };
-        let node = match &driver {
-            Some(driver) => NvidiaNode::from_device(driver, access.minor),
-            None if char_device && access.major == crate::devices::NVIDIA_FRONTEND_MAJOR => {
-                NvidiaNode::from_device("nvidia-frontend", access.minor)
-            }
+        let node = match major_owner(driver.as_deref(), access.major).filter(|_| char_device) {
+            Some(owner) => NvidiaNode::from_device(owner, access.minor),
             None => from_path(),
         };
         let device = match node {

@@ -7,6 +7,13 @@
 /// Program names: the functions in gpu-trace-ebpf carry exactly these names.
 pub mod program {
     pub const OBSERVER: &str = "observe_device";
+    /// The observer for kernels whose device hook offers neither the thread
+    /// id nor the verdict (before 6.1): the verdict comes from the open's errno.
+    pub const OBSERVER_ERRNO: &str = "observe_device_errno";
+    /// fexit on `FEXIT_TARGET`: the kernel's final verdict, BPF and cgroup v1 alike.
+    pub const CHECK_PERMISSION_EXIT: &str = "check_permission_exit";
+    /// The kernel function the fexit program is attached to.
+    pub const FEXIT_TARGET: &str = "devcgroup_check_permission";
     pub const ENTER_OPENAT: &str = "enter_openat";
     pub const EXIT_OPENAT: &str = "exit_openat";
     pub const ENTER_OPENAT2: &str = "enter_openat2";
@@ -25,6 +32,8 @@ pub mod map {
     pub const LOST_EVENTS: &str = "LOST_EVENTS";
     /// Process ids (and thread ids) of the followed process tree.
     pub const FOLLOWED: &str = "FOLLOWED";
+    /// The errno observer's last sighting, one slot per CPU.
+    pub const LAST_DEVICE_CHECK: &str = "LAST_DEVICE_CHECK";
 }
 
 /// Read-only globals set by userspace before the tracer is loaded.
@@ -38,6 +47,9 @@ pub mod global {
     /// Offset of `child_pid` in the sched:sched_process_fork record; it moved
     /// between kernel versions, so userspace reads it from the format file.
     pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
+    /// Non-zero: the errno observer is the device hook; open calls note when
+    /// they entered, and their exits pick up its per-CPU sighting.
+    pub const VERDICT_FROM_ERRNO: &str = "VERDICT_FROM_ERRNO";
 }
 
 /// Capacity of the per-thread table of open calls in flight.
@@ -68,8 +80,8 @@ pub const SYSCALL_OPENAT2: u16 = 2;
 pub const SYSCALL_OPEN: u16 = 3;
 
 /// `DeviceAccessEvent::flags` bits.
-/// The observer saw this access (device fields and `bpf_retval` are valid).
-pub const FLAG_SEEN_BY_OBSERVER: u16 = 1;
+/// A device hook saw this access (device fields and `hook_verdict` are valid).
+pub const FLAG_DEVICE_SEEN: u16 = 1;
 /// The access happened inside a traced open call: `path` and `syscall_ret` are valid.
 pub const FLAG_HAS_SYSCALL: u16 = 2;
 /// The path did not fit in `path` and was cut.
@@ -97,9 +109,10 @@ pub struct DeviceAccessEvent {
     pub access: u16,
     /// `DEV_TYPE_*`.
     pub dev_type: u16,
-    /// Combined verdict of the device policies run before the observer:
-    /// 0 allowed, negative errno denied.
-    pub bpf_retval: i32,
+    /// The device hook's verdict, 0 allowed or a negative errno: the BPF
+    /// policies' (observer, `bpf_get_retval`) or the kernel's final one
+    /// (fexit). Always 0 from the errno observer, which cannot see it.
+    pub hook_verdict: i32,
     /// Return value of the open call: fd (>= 0) or negative errno.
     pub syscall_ret: i32,
     /// `SYSCALL_*`.
@@ -124,7 +137,7 @@ impl DeviceAccessEvent {
             minor: 0,
             access: 0,
             dev_type: 0,
-            bpf_retval: 0,
+            hook_verdict: 0,
             syscall_ret: 0,
             syscall: SYSCALL_NONE,
             flags: 0,
@@ -145,6 +158,8 @@ const _: () = assert!(core::mem::size_of::<DeviceAccessEvent>() == 56 + COMM_LEN
 pub struct OpenInFlight {
     /// User pointer to the path argument.
     pub path_ptr: u64,
+    /// When the device hook ran; with VERDICT_FROM_ERRNO, until then, when
+    /// the call entered.
     pub boot_ns: u64,
     pub cgroup_id: u64,
     pub uid: u32,
@@ -152,7 +167,7 @@ pub struct OpenInFlight {
     pub minor: u32,
     pub access: u16,
     pub dev_type: u16,
-    pub bpf_retval: i32,
+    pub hook_verdict: i32,
     /// `SYSCALL_*` of the call in flight.
     pub syscall: u16,
     /// `SEEN_*` bits: whether the observer filled in the device fields, and
@@ -161,18 +176,19 @@ pub struct OpenInFlight {
 }
 
 impl OpenInFlight {
-    /// A call just entered: only the path pointer and the syscall are known.
-    pub const fn entered(path_ptr: u64, syscall: u16) -> Self {
+    /// A call just entered: only the path pointer, the syscall and (with
+    /// VERDICT_FROM_ERRNO) the time are known.
+    pub const fn entered(path_ptr: u64, syscall: u16, boot_ns: u64) -> Self {
         Self {
             path_ptr,
-            boot_ns: 0,
+            boot_ns,
             cgroup_id: 0,
             uid: 0,
             major: 0,
             minor: 0,
             access: 0,
             dev_type: 0,
-            bpf_retval: 0,
+            hook_verdict: 0,
             syscall,
             seen: 0,
         }
@@ -180,6 +196,24 @@ impl OpenInFlight {
 }
 
 const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48);
+
+/// What the errno observer saw last on a CPU. Kernels before 6.1 give a
+/// cgroup_device program no thread id, so the open call it belongs to is
+/// found the other way round: the call's exit, on the same CPU, claims it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LastDeviceCheck {
+    /// 0 once claimed.
+    pub boot_ns: u64,
+    pub cgroup_id: u64,
+    pub uid: u32,
+    pub major: u32,
+    pub minor: u32,
+    pub access: u16,
+    pub dev_type: u16,
+}
+
+const _: () = assert!(core::mem::size_of::<LastDeviceCheck>() == 32);
 
 /// `OpenInFlight::seen` bits.
 pub const SEEN_DEVICE: u16 = 1;

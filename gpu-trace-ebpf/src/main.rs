@@ -1,12 +1,16 @@
 //! gpu-trace's kernel side.
 //!
 //! Data flows one way: an open call's entry stashes its path pointer per
-//! thread (`open_calls`), the device hook fills in what it saw and the verdict
-//! of the policies that ran before it (`observer`), and the call's exit joins
-//! both with the errno into one event on the ring buffer.
+//! thread (`open_calls`), the device hook fills in what it saw and its
+//! verdict (`device_check`, from `fexit` or an `observer`), and the call's
+//! exit joins both with the errno into one event on the ring buffer.
+//! Userspace loads one device hook: the first of fexit, the observer, the
+//! errno observer that the kernel accepts.
 #![no_std]
 #![no_main]
 
+mod device_check;
+mod fexit;
 mod maps;
 mod observer;
 mod open_calls;

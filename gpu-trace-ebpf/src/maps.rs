@@ -6,7 +6,8 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use gpu_trace_common::{
-    OpenInFlight, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY, WATCHED_MAJORS_CAPACITY,
+    LastDeviceCheck, OpenInFlight, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY,
+    IN_FLIGHT_CAPACITY, WATCHED_MAJORS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -31,6 +32,10 @@ pub static LOST_EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static FOLLOWED: HashMap<u32, u8> = HashMap::with_max_entries(FOLLOWED_CAPACITY, 0);
 
+/// The errno observer's last sighting per CPU (see LastDeviceCheck).
+#[map]
+pub static LAST_DEVICE_CHECK: PerCpuArray<LastDeviceCheck> = PerCpuArray::with_max_entries(1, 0);
+
 // Read-only globals: userspace sets them before load (see gpu_trace_common::global).
 #[unsafe(no_mangle)]
 static WATCH_ALL_DEVICES: u8 = 0;
@@ -40,6 +45,8 @@ static REPORT_ALLOWED: u8 = 0;
 static FOLLOW_PROCESS_TREE: u8 = 0;
 #[unsafe(no_mangle)]
 static FORK_CHILD_PID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static VERDICT_FROM_ERRNO: u8 = 0;
 
 pub fn watch_all_devices() -> bool {
     // SAFETY: a plain read of a global the loader patched; volatile keeps the
@@ -60,6 +67,21 @@ pub fn follow_process_tree() -> bool {
 pub fn fork_child_pid_offset() -> usize {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&FORK_CHILD_PID_OFFSET) as usize }
+}
+
+pub fn verdict_from_errno() -> bool {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&VERDICT_FROM_ERRNO) != 0 }
+}
+
+/// Is this a device to report: a watched char major, or any with --all-devices?
+#[inline(always)]
+pub fn is_watched(dev_type: u16, major: u32) -> bool {
+    if watch_all_devices() {
+        return true;
+    }
+    // SAFETY: the value is a u8 flag, read at once.
+    dev_type == DEV_TYPE_CHAR && unsafe { WATCHED_MAJORS.get(major).is_some() }
 }
 
 /// Is the current process one to report? Always, unless a tree is followed.

@@ -13,12 +13,15 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use gpu_trace_common::{
-    DeviceAccessEvent, OpenInFlight, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER,
+    DeviceAccessEvent, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED,
     NVIDIA_DEV_PREFIX, PATH_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
     SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::{count_lost_event, current_is_followed, report_allowed, EVENTS, IN_FLIGHT};
+use crate::maps::{
+    count_lost_event, current_is_followed, is_watched, report_allowed, verdict_from_errno, EVENTS,
+    IN_FLIGHT, LAST_DEVICE_CHECK,
+};
 
 /// Offsets in the syscalls:sys_enter_* / sys_exit_* records
 /// (events/syscalls/*/format): arguments start at 16, each 8 bytes wide.
@@ -71,6 +74,14 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
         return 0;
     };
     let tid = bpf_get_current_pid_tgid() as u32;
+    // Only the errno observer's sightings need the entry time (see
+    // claim_device_check); the check is a constant for the verifier.
+    let entered_ns = if verdict_from_errno() {
+        // SAFETY: a helper without arguments.
+        unsafe { bpf_ktime_get_boot_ns() }
+    } else {
+        0
+    };
     // A thread's entry stays between its calls: rewriting it in place costs a
     // lookup, where replacing it (update) or removing it (delete) cost more.
     if let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) {
@@ -79,9 +90,10 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
         entry.path_ptr = path_ptr;
         entry.syscall = syscall;
         entry.seen = 0;
+        entry.boot_ns = entered_ns;
         return 0;
     }
-    let call = OpenInFlight::entered(path_ptr, syscall);
+    let call = OpenInFlight::entered(path_ptr, syscall, entered_ns);
     // A full table only evicts the oldest entry (LRU); nothing to count here.
     let _ = IN_FLIGHT.insert(tid, call, 0);
     0
@@ -99,30 +111,57 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     if entry.syscall == SYSCALL_NONE {
         return 0;
     }
-    let call = *entry;
+    let mut call = *entry;
     entry.syscall = SYSCALL_NONE;
+    if verdict_from_errno() {
+        claim_device_check(&mut call);
+    }
     // SAFETY: the offset comes from the tracepoint's format.
     let ret = unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0) as i32;
     let seen = call.seen & SEEN_DEVICE != 0;
     if call.seen & SEEN_WATCHED != 0 {
         // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
-        let denied = call.bpf_retval != 0 || ret == EPERM;
+        let denied = call.hook_verdict != 0 || ret == EPERM;
         if denied || report_allowed() {
-            emit(
-                &call,
-                pid_tgid,
-                ret,
-                FLAG_SEEN_BY_OBSERVER | FLAG_HAS_SYSCALL,
-            );
+            emit(&call, pid_tgid, ret, FLAG_DEVICE_SEEN | FLAG_HAS_SYSCALL);
         }
     } else if is_gpu_failure(ret) && is_nvidia_dev_path(call.path_ptr) {
         // A GPU node that failed to open for a reason worth naming, though its
         // major is not watched or it never reached the device hook: missing
         // (ENOENT), file mode (EACCES), stale major (EPERM, ENXIO).
-        let observed = if seen { FLAG_SEEN_BY_OBSERVER } else { 0 };
+        let observed = if seen { FLAG_DEVICE_SEEN } else { 0 };
         emit(&call, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
     }
     0
+}
+
+/// With the errno observer: takes the device check this CPU saw last, if it
+/// can be this call's: same cgroup, after the call entered, not yet claimed.
+/// A thread that moved to another CPU between its device check and its exit
+/// finds nothing here (or, rarely, a later check by another thread of the
+/// same cgroup); its event then lacks the device, or names the other one.
+fn claim_device_check(call: &mut OpenInFlight) {
+    let Some(slot) = LAST_DEVICE_CHECK.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; nothing else runs on this CPU meanwhile.
+    let slot = unsafe { &mut *slot };
+    // SAFETY: a helper without arguments.
+    if slot.boot_ns < call.boot_ns || slot.cgroup_id != unsafe { bpf_get_current_cgroup_id() } {
+        return;
+    }
+    call.major = slot.major;
+    call.minor = slot.minor;
+    call.access = slot.access;
+    call.dev_type = slot.dev_type;
+    call.boot_ns = slot.boot_ns;
+    call.cgroup_id = slot.cgroup_id;
+    call.uid = slot.uid;
+    call.seen = SEEN_DEVICE;
+    if is_watched(slot.dev_type, slot.major) {
+        call.seen |= SEEN_WATCHED;
+    }
+    slot.boot_ns = 0;
 }
 
 fn is_gpu_failure(ret: i32) -> bool {
@@ -161,7 +200,7 @@ fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
     event.minor = call.minor;
     event.access = call.access;
     event.dev_type = call.dev_type;
-    event.bpf_retval = call.bpf_retval;
+    event.hook_verdict = call.hook_verdict;
     event.syscall_ret = ret;
     event.syscall = call.syscall;
     event.flags = flags;

@@ -78,8 +78,11 @@ impl Attributor {
         }
     }
 
-    /// For denials only; None for anything else.
-    pub fn denied_by(&mut self, record: &Record) -> Option<Rc<Rendered<DeniedBy>>> {
+    /// For denials: names the policy that refused it in `record.denied_by`.
+    /// A denial whose layer the event did not tell (fexit, errno) is settled
+    /// here: a BPF policy that denies it is the culprit; if they all allow
+    /// it, a check after them (cgroup v1) refused it.
+    pub fn attribute(&mut self, record: &mut Record) {
         let a = &record.access;
         let query = DeviceQuery {
             dev_type: if a.block_device { 1 } else { 2 },
@@ -87,18 +90,43 @@ impl Attributor {
             minor: a.minor,
             access: a.access,
         };
-        match a.verdict {
-            Verdict::DeniedByBpfPolicy => Some(self.bpf_culprit(record, &query)),
-            Verdict::DeniedAfterBpf => Some(Rc::new(Rendered::new(v1_culprit(a.pid, &query)))),
-            _ => None,
+        let (verdict, denied_by) = match a.verdict {
+            Verdict::DeniedByBpfPolicy => (
+                Verdict::DeniedByBpfPolicy,
+                self.bpf_culprit(record, &query).unwrap_or_else(|| Rc::new(Rendered::new(DeniedBy::Unknown {
+                    note: "the evaluator and the kernel disagree: the programs in force now allow this access (they may have changed since)".into(),
+                }))),
+            ),
+            Verdict::Denied => match self.bpf_culprit(record, &query) {
+                Some(culprit) => (Verdict::DeniedByBpfPolicy, culprit),
+                None => (Verdict::DeniedAfterBpf, self.v1_culprit(record, &query)),
+            },
+            Verdict::DeniedAfterBpf => (Verdict::DeniedAfterBpf, self.v1_culprit(record, &query)),
+            _ => return,
+        };
+        if record.access.verdict == Verdict::Denied && verdict == Verdict::DeniedByBpfPolicy {
+            // What bpf_get_retval would have read.
+            record.access.bpf_retval = -libc::EPERM;
         }
+        record.access.verdict = verdict;
+        record.denied_by = Some(denied_by);
     }
 
-    fn bpf_culprit(&mut self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
+    fn v1_culprit(&self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
+        Rc::new(Rendered::new(v1_culprit(record.access.pid, query)))
+    }
+
+    /// The BPF program that denies the access, or None when the programs in
+    /// force allow it (looked at twice, in case they just changed).
+    fn bpf_culprit(
+        &mut self,
+        record: &Record,
+        query: &DeviceQuery,
+    ) -> Option<Rc<Rendered<DeniedBy>>> {
         let Some(cgroup) = &record.cgroup else {
-            return Rc::new(Rendered::new(DeniedBy::Unknown {
+            return Some(Rc::new(Rendered::new(DeniedBy::Unknown {
                 note: "the cgroup is gone, so its policy cannot be read".into(),
-            }));
+            })));
         };
         let id = record.access.cgroup_id;
         // The common case, a repeated denial: one hash lookup.
@@ -115,9 +143,7 @@ impl Attributor {
             // The programs may have changed since the last look: look again.
             culprit = self.evaluate(id, cgroup, query, true);
         }
-        let culprit = Rc::new(Rendered::new(culprit.unwrap_or_else(|Disagreement| DeniedBy::Unknown {
-            note: "the evaluator and the kernel disagree: the programs in force now allow this access (they may have changed since)".into(),
-        })));
+        let culprit = culprit.ok().map(|c| Rc::new(Rendered::new(c)));
         if let Some(cached) = self.policies.get_mut(&id) {
             cached.answers.insert(*query, culprit.clone());
         }
@@ -202,7 +228,8 @@ struct CachedPolicy {
     ids: Vec<u32>,
     policy: CgroupPolicy,
     checked: Instant,
-    answers: FxHashMap<DeviceQuery, Rc<Rendered<DeniedBy>>>,
+    /// None: the BPF programs allow it.
+    answers: FxHashMap<DeviceQuery, Option<Rc<Rendered<DeniedBy>>>>,
 }
 
 fn v1_culprit(pid: u32, query: &DeviceQuery) -> DeniedBy {

@@ -4,7 +4,7 @@ use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::output::Format;
+use crate::{device_hook::HookChoice, output::Format};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -12,7 +12,7 @@ use crate::output::Format;
     version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GPU_TRACE_COMMIT"), ")"),
     about = "Shows denied GPU device accesses live: which device policy refused which device for which cgroup",
     after_help = "Exit status: 0 ok, 1 failure (selftest FAIL, runtime error), 2 usage error, \
-3 not root, 4 no cgroup2 mount, 5 kernel older than 5.18, 6 a required hook refused by the kernel."
+3 not root, 4 no cgroup2 mount, 5 kernel older than 5.8, 6 a required hook refused by the kernel."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -65,7 +65,7 @@ EXAMPLES:
     sudo gpu-trace selftest
     gpu-trace watch --major 511 & gpu-trace selftest    the denial also shows up live in watch"
     )]
-    Selftest,
+    Selftest(TracerArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "EXAMPLES:
     gpu-trace completions bash > /etc/bash_completion.d/gpu-trace
@@ -103,6 +103,8 @@ pub struct WatchArgs {
     pub all: bool,
     #[command(flatten)]
     pub devices: DeviceSelection,
+    #[command(flatten)]
+    pub tracer: TracerArgs,
     /// Only this container (LXC name or CT id, container id or name).
     #[arg(long, value_name = "NAME-OR-ID")]
     pub container: Option<String>,
@@ -156,6 +158,8 @@ pub struct RunArgs {
     pub format: Format,
     #[command(flatten)]
     pub devices: DeviceSelection,
+    #[command(flatten)]
+    pub tracer: TracerArgs,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -186,4 +190,13 @@ pub struct DeviceSelection {
     /// Watch every device, not only NVIDIA's and --major ones.
     #[arg(short = 'x', long)]
     pub all_devices: bool,
+}
+
+/// How the tracer hooks into the kernel; shared by the commands that trace.
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct TracerArgs {
+    /// Device hook: auto picks fexit where the kernel allows it (final verdict,
+    /// cgroup v1 included), else the cgroup_device observer.
+    #[arg(long, value_enum, default_value_t = HookChoice::Auto)]
+    pub hook: HookChoice,
 }

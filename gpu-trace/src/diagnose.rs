@@ -183,7 +183,8 @@ impl Diagnoser {
             }
             Verdict::FailedBeforeDeviceCheck => node_missing(record),
             Verdict::DeniedAfterBpf => v1_devices_list(record),
-            Verdict::DeniedByBpfPolicy => {
+            // Denied reaches here only unattributed; BPF is the usual layer.
+            Verdict::DeniedByBpfPolicy | Verdict::Denied => {
                 if self.allowed.contains(&(a.cgroup_id, a.major, a.minor)) {
                     rules_rewritten(record)
                 } else if let Some(stale) = stale_major(record, majors) {
@@ -482,7 +483,7 @@ pub fn allow_device(
 mod tests {
     use super::*;
     use crate::{
-        event::{DeviceAccess, OpenCall},
+        event::{DeviceAccess, OpenCall, VerdictSource},
         identity::{identify, NameSources},
     };
     use std::time::SystemTime;
@@ -522,6 +523,7 @@ mod tests {
                 } else {
                     0
                 },
+                verdict_from: VerdictSource::BpfRetval,
                 open: Some(OpenCall {
                     syscall: "openat",
                     path: path.into(),

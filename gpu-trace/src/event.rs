@@ -3,8 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use gpu_trace_common::{
-    DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_HAS_SYSCALL,
-    FLAG_PATH_TRUNCATED, FLAG_SEEN_BY_OBSERVER, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN,
+    FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -16,6 +16,9 @@ pub enum Verdict {
     /// The BPF policies allowed it, yet the open failed with EPERM: a check
     /// after them refused it (cgroup v1 devices.list, or an LSM).
     DeniedAfterBpf,
+    /// Denied, by which layer not yet known: the verdict came from fexit or
+    /// the errno. Attribution settles it by evaluating the BPF policies.
+    Denied,
     /// An open of /dev/nvidia* failed before any device check: the node is
     /// missing (ENOENT) or its file mode refused the caller (EACCES).
     FailedBeforeDeviceCheck,
@@ -24,7 +27,10 @@ pub enum Verdict {
 impl Verdict {
     /// Refused by a device policy (BPF or not).
     pub fn is_denied(self) -> bool {
-        matches!(self, Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf)
+        matches!(
+            self,
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::Denied
+        )
     }
 
     /// Anything a user needs to look at: a denial or a failed open of a GPU node.
@@ -36,7 +42,7 @@ impl Verdict {
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Allowed => "allowed",
-            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf => "denied",
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::Denied => "denied",
             Verdict::FailedBeforeDeviceCheck => "failed",
         }
     }
@@ -47,6 +53,7 @@ impl Verdict {
             Verdict::Allowed => "none",
             Verdict::DeniedByBpfPolicy => "cgroup-bpf",
             Verdict::DeniedAfterBpf => "not-bpf",
+            Verdict::Denied => "unknown",
             Verdict::FailedBeforeDeviceCheck => "before-device-check",
         }
     }
@@ -56,7 +63,45 @@ impl Verdict {
             Verdict::Allowed => "allowed",
             Verdict::DeniedByBpfPolicy => "by cgroup BPF device policy",
             Verdict::DeniedAfterBpf => "not by BPF policy: cgroup v1 devices.list or other",
+            Verdict::Denied => "by a device policy",
             Verdict::FailedBeforeDeviceCheck => "before any device check",
+        }
+    }
+}
+
+/// Which device hook gave the verdicts (see device_hook.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictSource {
+    /// fexit on devcgroup_check_permission: the kernel's final answer.
+    Fexit,
+    /// The observer's bpf_get_retval(): the BPF policies' answer.
+    BpfRetval,
+    /// The open call's errno (EPERM), on kernels whose device hook offers
+    /// neither.
+    Errno,
+}
+
+impl VerdictSource {
+    /// Stable name used in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictSource::Fexit => "fexit",
+            VerdictSource::BpfRetval => "bpf_get_retval",
+            VerdictSource::Errno => "errno",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            VerdictSource::Fexit => {
+                "the kernel's final answer (fexit on devcgroup_check_permission): BPF policies and cgroup v1 alike"
+            }
+            VerdictSource::BpfRetval => {
+                "the BPF policies' answer (bpf_get_retval in the observer); EPERM after it points at cgroup v1"
+            }
+            VerdictSource::Errno => {
+                "the open's errno (this kernel's device hook has no bpf_get_retval); accesses outside open calls are not seen"
+            }
         }
     }
 }
@@ -94,8 +139,10 @@ pub struct DeviceAccess {
     /// `ACCESS_*` bits.
     pub access: u16,
     pub verdict: Verdict,
-    /// The combined verdict of the BPF policies: 0 or a negative errno.
+    /// The combined verdict of the BPF policies: 0 or a negative errno. Read
+    /// by the observer (BpfRetval); otherwise worked out by attribution.
     pub bpf_retval: i32,
+    pub verdict_from: VerdictSource,
     /// None when the access came from outside a traced open call (mknod, ...).
     pub open: Option<OpenCall>,
 }
@@ -103,7 +150,7 @@ pub struct DeviceAccess {
 const EPERM: i32 = libc::EPERM;
 
 impl DeviceAccess {
-    pub fn decode(raw: &DeviceAccessEvent) -> Self {
+    pub fn decode(raw: &DeviceAccessEvent, verdict_from: VerdictSource) -> Self {
         let open = (raw.flags & FLAG_HAS_SYSCALL != 0).then(|| OpenCall {
             syscall: match raw.syscall {
                 SYSCALL_OPENAT => "openat",
@@ -115,13 +162,17 @@ impl DeviceAccess {
             path_truncated: raw.flags & FLAG_PATH_TRUNCATED != 0,
             ret: raw.syscall_ret,
         });
-        let device_seen = raw.flags & FLAG_SEEN_BY_OBSERVER != 0;
+        let device_seen = raw.flags & FLAG_DEVICE_SEEN != 0;
+        let eperm = open.as_ref().is_some_and(|o| o.ret == -EPERM);
+        let by_bpf = verdict_from == VerdictSource::BpfRetval;
         let verdict = if !device_seen {
             Verdict::FailedBeforeDeviceCheck
-        } else if raw.bpf_retval != 0 {
+        } else if by_bpf && raw.hook_verdict != 0 {
             Verdict::DeniedByBpfPolicy
-        } else if open.as_ref().is_some_and(|o| o.ret == -EPERM) {
+        } else if by_bpf && eperm {
             Verdict::DeniedAfterBpf
+        } else if raw.hook_verdict != 0 || eperm {
+            Verdict::Denied
         } else {
             Verdict::Allowed
         };
@@ -138,7 +189,8 @@ impl DeviceAccess {
             minor: raw.minor,
             access: raw.access,
             verdict,
-            bpf_retval: raw.bpf_retval,
+            bpf_retval: if by_bpf { raw.hook_verdict } else { 0 },
+            verdict_from,
             open,
         }
     }
@@ -195,17 +247,17 @@ mod tests {
     use super::*;
     use gpu_trace_common::DEV_TYPE_CHAR;
 
-    fn raw(bpf_retval: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
+    fn raw(hook_verdict: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
         let mut e = DeviceAccessEvent::zeroed();
         e.pid = 42;
         e.tid = 43;
         e.major = 511;
         e.access = ACCESS_READ | ACCESS_WRITE;
         e.dev_type = DEV_TYPE_CHAR;
-        e.bpf_retval = bpf_retval;
+        e.hook_verdict = hook_verdict;
         e.syscall_ret = ret;
         e.syscall = SYSCALL_OPENAT;
-        e.flags = FLAG_SEEN_BY_OBSERVER | if with_syscall { FLAG_HAS_SYSCALL } else { 0 };
+        e.flags = FLAG_DEVICE_SEEN | if with_syscall { FLAG_HAS_SYSCALL } else { 0 };
         e.comm[..7].copy_from_slice(b"python3");
         e.path[..15].copy_from_slice(b"/dev/nvidia-uvm");
         e
@@ -213,7 +265,7 @@ mod tests {
 
     #[test]
     fn bpf_denial_is_attributed_to_the_bpf_policy() {
-        let access = DeviceAccess::decode(&raw(-1, -1, true));
+        let access = DeviceAccess::decode(&raw(-1, -1, true), VerdictSource::BpfRetval);
         assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
         assert_eq!(access.comm, b"python3");
         assert_eq!(access.access_letters(), "rw");
@@ -226,14 +278,31 @@ mod tests {
     #[test]
     fn eperm_after_bpf_allowed_is_not_blamed_on_bpf() {
         assert_eq!(
-            DeviceAccess::decode(&raw(0, -1, true)).verdict,
+            DeviceAccess::decode(&raw(0, -1, true), VerdictSource::BpfRetval).verdict,
             Verdict::DeniedAfterBpf
         );
     }
 
     #[test]
+    fn fexit_and_errno_denials_leave_the_layer_to_attribution() {
+        // fexit: the kernel's final verdict, whatever the errno.
+        let fexit = DeviceAccess::decode(&raw(-1, -1, true), VerdictSource::Fexit);
+        assert_eq!(fexit.verdict, Verdict::Denied);
+        assert_eq!(
+            fexit.bpf_retval, 0,
+            "not observed: attribution works it out"
+        );
+        // errno: no verdict in the event, EPERM from the open.
+        let errno = DeviceAccess::decode(&raw(0, -1, true), VerdictSource::Errno);
+        assert_eq!(errno.verdict, Verdict::Denied);
+        assert!(errno.verdict.is_denied());
+        let allowed = DeviceAccess::decode(&raw(0, 3, true), VerdictSource::Errno);
+        assert_eq!(allowed.verdict, Verdict::Allowed);
+    }
+
+    #[test]
     fn enxio_after_allow_is_allowed() {
-        let access = DeviceAccess::decode(&raw(0, -libc::ENXIO, true));
+        let access = DeviceAccess::decode(&raw(0, -libc::ENXIO, true), VerdictSource::BpfRetval);
         assert_eq!(access.verdict, Verdict::Allowed);
         assert_eq!(access.open.and_then(|o| o.errno()), Some(libc::ENXIO));
     }
@@ -242,14 +311,14 @@ mod tests {
     fn failed_open_that_never_reached_the_hook_is_a_failure_not_a_denial() {
         let mut e = raw(0, -libc::ENOENT, true);
         e.flags = FLAG_HAS_SYSCALL;
-        let access = DeviceAccess::decode(&e);
+        let access = DeviceAccess::decode(&e, VerdictSource::BpfRetval);
         assert_eq!(access.verdict, Verdict::FailedBeforeDeviceCheck);
         assert!(!access.device_seen && !access.verdict.is_denied() && access.verdict.is_problem());
     }
 
     #[test]
     fn access_outside_open_has_no_call() {
-        let access = DeviceAccess::decode(&raw(-1, 0, false));
+        let access = DeviceAccess::decode(&raw(-1, 0, false), VerdictSource::BpfRetval);
         assert_eq!(access.open, None);
         assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
     }

@@ -120,7 +120,7 @@ pub fn parse_window(text: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
     use crate::{
-        event::{DeviceAccess, Verdict},
+        event::{DeviceAccess, Verdict, VerdictSource},
         identity::identify,
         output::Rendered,
     };
@@ -143,6 +143,7 @@ mod tests {
                 access: 6,
                 verdict: Verdict::DeniedByBpfPolicy,
                 bpf_retval: -1,
+                verdict_from: VerdictSource::BpfRetval,
                 open: None,
             },
             time,

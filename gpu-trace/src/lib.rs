@@ -11,6 +11,7 @@ pub mod bpf_sys;
 pub mod cgroup;
 pub mod cli;
 pub mod commands;
+pub mod device_hook;
 pub mod devices;
 pub mod devices_list;
 pub mod diagnose;

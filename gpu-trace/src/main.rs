@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             ExitCode::from,
         )),
 
-        Command::Selftest => commands::selftest::run().map(passed),
+        Command::Selftest(args) => commands::selftest::run(args).map(passed),
         Command::Probe { ops } => scenario::probe_main(&ops).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -231,6 +231,8 @@ struct JsonRecord<'a> {
     minor: Option<u32>,
     access: Option<String>,
     bpf_retval: i32,
+    /// The device hook that gave the verdict: fexit, bpf_get_retval or errno.
+    verdict_from: &'static str,
     syscall: Option<&'static str>,
     path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -282,6 +284,7 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             minor: seen.then_some(a.minor),
             access: seen.then(|| a.access_letters()),
             bpf_retval: a.bpf_retval,
+            verdict_from: a.verdict_from.name(),
             syscall: a.open.as_ref().map(|o| o.syscall),
             path,
             path_hex,
@@ -299,7 +302,7 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{DeviceAccess, OpenCall, Verdict};
+    use crate::event::{DeviceAccess, OpenCall, Verdict, VerdictSource};
     use std::{path::PathBuf, time::SystemTime};
 
     fn record(comm: &[u8], path: &[u8]) -> Record {
@@ -318,6 +321,7 @@ mod tests {
                 access: gpu_trace_common::ACCESS_READ | gpu_trace_common::ACCESS_WRITE,
                 verdict: Verdict::DeniedByBpfPolicy,
                 bpf_retval: -1,
+                verdict_from: VerdictSource::BpfRetval,
                 open: Some(OpenCall {
                     syscall: "openat",
                     path: path.to_vec(),

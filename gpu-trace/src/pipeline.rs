@@ -27,7 +27,7 @@ impl Pipeline {
 
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
-        record.denied_by = self.attributor.denied_by(&record);
+        self.attributor.attribute(&mut record);
         record.diagnosis = self.diagnoser.diagnose(
             &record,
             self.enricher.majors(),

@@ -20,7 +20,7 @@ pub enum Unsupported {
     )]
     NoCgroup2,
     #[error(
-        "kernel {found} is older than 5.18, the first that lets a device-hook program read the verdict of the policies before it (bpf_get_retval), so gpu-trace cannot attribute denials here; what still works on this kernel: `strace -f -e trace=openat CMD` shows the EPERM, and `bpftool cgroup tree` lists the device policies"
+        "kernel {found} is older than 5.8, the first with the BPF ring buffer gpu-trace's events travel through; what still works on this kernel: `strace -f -e trace=openat CMD` shows the EPERM, and `bpftool cgroup tree` lists the device policies"
     )]
     KernelTooOld { found: String },
     #[error("the kernel refused the {hook}: {reason}")]
@@ -38,8 +38,9 @@ impl Unsupported {
     }
 }
 
-/// The first kernel whose cgroup_device programs may call bpf_get_retval().
-pub const VERDICT_HELPER_KERNEL: (u8, u8) = (5, 18);
+/// The first kernel with the BPF ring buffer (and bpf_ktime_get_boot_ns).
+/// Which device hook works on it is decided when the tracer loads.
+pub const OLDEST_KERNEL: (u8, u8) = (5, 8);
 
 /// What the tracer needs to know about the host.
 #[derive(Debug, Clone)]
@@ -59,7 +60,7 @@ pub fn check_host() -> anyhow::Result<Host> {
         .ok_or(Unsupported::NoCgroup2)?;
     let kernel =
         KernelVersion::current().map_err(|e| anyhow::anyhow!("reading the kernel version: {e}"))?;
-    let (major, minor) = VERDICT_HELPER_KERNEL;
+    let (major, minor) = OLDEST_KERNEL;
     if kernel < KernelVersion::new(major, minor, 0) {
         return Err(Unsupported::KernelTooOld {
             found: kernel.to_string(),

@@ -4,7 +4,6 @@
 //! the kernel detaches everything when the process ends, even on SIGKILL.
 
 use std::{
-    fs::File,
     os::fd::{AsRawFd, RawFd},
     path::Path,
 };
@@ -12,12 +11,16 @@ use std::{
 use anyhow::Context;
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{trace_point::TracePointLink, CgroupAttachMode, CgroupDevice, TracePoint},
+    programs::{trace_point::TracePointLink, TracePoint},
     Ebpf, EbpfLoader,
 };
 use gpu_trace_common::{global, map, program, DeviceAccessEvent};
 
-use crate::{event::DeviceAccess, preflight::Unsupported};
+use crate::{
+    device_hook::{program_mut, DeviceHook, HookChoice, Loaded},
+    event::{DeviceAccess, VerdictSource},
+    preflight::Unsupported,
+};
 
 /// The tracer object, built from gpu-trace-ebpf by build.rs.
 static TRACER_OBJECT: &[u8] =
@@ -40,6 +43,8 @@ pub struct TracerConfig {
     pub report_allowed: bool,
     /// Report only processes added with `follow` and their descendants.
     pub follow_process_tree: bool,
+    /// Which device hook to use.
+    pub hook: HookChoice,
 }
 
 /// One open-family syscall: its tracepoints and the programs for them.
@@ -83,6 +88,7 @@ pub struct Tracer {
     followed: Option<HashMap<MapData, u32, u8>>,
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,
+    verdict_source: VerdictSource,
     notes: Vec<String>,
     /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
     tracepoint_links: Vec<TracePointLink>,
@@ -103,32 +109,38 @@ impl Drop for Tracer {
 }
 
 impl Tracer {
-    /// Loads and attaches: tracepoints first, so that the observer, once in
-    /// place, always finds the open call it belongs to.
+    /// Loads the device hook the kernel accepts, then attaches: tracepoints
+    /// first, so that the device hook, once in place, always finds the open
+    /// call it belongs to.
     pub fn start(cgroup2_mount: &Path, config: &TracerConfig) -> anyhow::Result<Self> {
         let tracefs_note = crate::tracefs::ensure_mounted()?;
-        let all_devices = u8::from(config.all_devices);
-        let report_allowed = u8::from(config.report_allowed);
-        let follow = u8::from(config.follow_process_tree);
         let child_pid_offset = if config.follow_process_tree {
             crate::tracefs::field_offset("sched", "sched_process_fork", "child_pid")?
         } else {
             0
         };
-        let mut ebpf = EbpfLoader::new()
-            .override_global(global::WATCH_ALL_DEVICES, &all_devices, true)
-            .override_global(global::REPORT_ALLOWED, &report_allowed, true)
-            .override_global(global::FOLLOW_PROCESS_TREE, &follow, true)
-            .override_global(global::FORK_CHILD_PID_OFFSET, &child_pid_offset, true)
-            .load(TRACER_OBJECT)
-            .context("loading gpu-trace's eBPF object")?;
+        let mut ebpf = load_object(config, child_pid_offset, false)?;
+        let mut refused = Vec::new();
+        let device_hook = match DeviceHook::load(&mut ebpf, config.hook, &mut refused)? {
+            Loaded::Hook(hook) => hook,
+            Loaded::NeedsErrnoObserver => {
+                ebpf = load_object(config, child_pid_offset, true)?;
+                DeviceHook::load_errno_observer(&mut ebpf, &refused)?
+            }
+        };
+        let mut hooks: Vec<Hook> = refused
+            .into_iter()
+            .map(|(name, why)| Hook {
+                name,
+                refused: Some(why),
+            })
+            .collect();
 
         // Filled before anything attaches, so no early access is missed.
         let mut watched_majors: HashMap<MapData, u32, u8> =
             HashMap::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?;
         add_majors(&mut watched_majors, &config.majors)?;
 
-        let mut hooks = Vec::new();
         let mut tracepoint_links = Vec::new();
         let followed = if config.follow_process_tree {
             // Required in this mode: without them descendants would go unseen.
@@ -160,7 +172,7 @@ impl Tracer {
                     None
                 }
                 Err(e) => Some(format!(
-                    "{e:#}; {} calls reach the observer without their path and errno",
+                    "{e:#}; {} calls reach the device hook without their path and errno",
                     syscall.name
                 )),
             };
@@ -169,9 +181,9 @@ impl Tracer {
                 refused,
             });
         }
-        attach_observer(&mut ebpf, cgroup2_mount)?;
+        device_hook.attach(&mut ebpf, cgroup2_mount)?;
         hooks.push(Hook {
-            name: format!("cgroup_device observer at {}", cgroup2_mount.display()),
+            name: device_hook.describe(cgroup2_mount),
             refused: None,
         });
 
@@ -184,6 +196,7 @@ impl Tracer {
             followed,
             lost_events,
             hooks,
+            verdict_source: device_hook.verdict_source(),
             notes: tracefs_note.into_iter().collect(),
             tracepoint_links,
         })
@@ -191,6 +204,11 @@ impl Tracer {
 
     pub fn hooks(&self) -> &[Hook] {
         &self.hooks
+    }
+
+    /// Where the verdicts of this tracer's events come from.
+    pub fn verdict_source(&self) -> VerdictSource {
+        self.verdict_source
     }
 
     /// Things done to the host on the way (e.g. mounting tracefs), to tell the user once.
@@ -252,7 +270,7 @@ impl Tracer {
             // SAFETY: the kernel wrote a whole DeviceAccessEvent here; the
             // read copes with any alignment.
             let raw = unsafe { item.as_ptr().cast::<DeviceAccessEvent>().read_unaligned() };
-            each(DeviceAccess::decode(&raw));
+            each(DeviceAccess::decode(&raw, self.verdict_source));
             count += 1;
         }
         count
@@ -265,6 +283,39 @@ impl Tracer {
             .map(|per_cpu| per_cpu.iter().sum())
             .unwrap_or(0)
     }
+}
+
+/// Parses the object and creates its maps, with the settings baked in as
+/// read-only globals; programs are loaded one by one afterwards.
+fn load_object(
+    config: &TracerConfig,
+    child_pid_offset: u32,
+    verdict_from_errno: bool,
+) -> anyhow::Result<Ebpf> {
+    EbpfLoader::new()
+        .override_global(
+            global::WATCH_ALL_DEVICES,
+            &u8::from(config.all_devices),
+            true,
+        )
+        .override_global(
+            global::REPORT_ALLOWED,
+            &u8::from(config.report_allowed),
+            true,
+        )
+        .override_global(
+            global::FOLLOW_PROCESS_TREE,
+            &u8::from(config.follow_process_tree),
+            true,
+        )
+        .override_global(global::FORK_CHILD_PID_OFFSET, &child_pid_offset, true)
+        .override_global(
+            global::VERDICT_FROM_ERRNO,
+            &u8::from(verdict_from_errno),
+            true,
+        )
+        .load(TRACER_OBJECT)
+        .context("loading gpu-trace's eBPF object")
 }
 
 fn add_majors(map: &mut HashMap<MapData, u32, u8>, majors: &[u32]) -> anyhow::Result<()> {
@@ -309,7 +360,7 @@ fn attach_tracepoint(
     category: &str,
     event: &str,
 ) -> anyhow::Result<TracePointLink> {
-    let tracepoint = tracepoint_mut(ebpf, program)?;
+    let tracepoint: &mut TracePoint = program_mut(ebpf, program)?;
     tracepoint
         .load()
         .with_context(|| format!("loading {program}"))?;
@@ -317,33 +368,4 @@ fn attach_tracepoint(
         .attach(category, event)
         .with_context(|| format!("attaching to {category}:{event}"))?;
     Ok(tracepoint.take_link(id)?)
-}
-
-fn tracepoint_mut<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut TracePoint> {
-    Ok(ebpf
-        .program_mut(program)
-        .with_context(|| format!("program {program} missing from the eBPF object"))?
-        .try_into()?)
-}
-
-fn attach_observer(ebpf: &mut Ebpf, cgroup2_mount: &Path) -> anyhow::Result<()> {
-    let refused = |reason: String| Unsupported::HookRefused {
-        hook: format!("cgroup_device observer ({})", program::OBSERVER),
-        reason,
-    };
-    let observer: &mut CgroupDevice = ebpf
-        .program_mut(program::OBSERVER)
-        .context("observer missing from the eBPF object")?
-        .try_into()?;
-    observer.load().map_err(|e| {
-        refused(format!(
-            "load: {e}; nothing can stand in for it, so gpu-trace stops"
-        ))
-    })?;
-    let root = File::open(cgroup2_mount)
-        .with_context(|| format!("opening the cgroup2 root {}", cgroup2_mount.display()))?;
-    observer
-        .attach(root, CgroupAttachMode::Single)
-        .map_err(|e| refused(format!("attach to {}: {e}", cgroup2_mount.display())))?;
-    Ok(())
 }

@@ -45,7 +45,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
 
     // Allowed accesses come too: the diagnosis learns from them (for
     // example, that 195 was allowed where uvm was denied).
-    let mut config = tracer_config(&args.devices, &majors, true);
+    let mut config = tracer_config(&args.devices, &majors, true, args.tracer);
     config.follow_process_tree = true;
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
     for hook in tracer.hooks().iter().filter(|h| h.refused.is_some()) {

@@ -19,6 +19,7 @@ use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use crate::{
     attribution::DeniedBy,
     cgroup::CgroupPaths,
+    cli::TracerArgs,
     devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
     enrich::Record,
     event::Verdict,
@@ -33,7 +34,7 @@ use crate::{
 const EVENT_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Returns Ok(true) on PASS, Ok(false) on FAIL (already explained).
-pub fn run() -> anyhow::Result<bool> {
+pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
     let host = check_host()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;
     let uvm_standin = majors
@@ -71,6 +72,7 @@ pub fn run() -> anyhow::Result<bool> {
         majors: vec![frontend, uvm_standin],
         all_devices: false,
         report_allowed: true,
+        hook: args.hook,
         ..TracerConfig::default()
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
@@ -80,6 +82,7 @@ pub fn run() -> anyhow::Result<bool> {
             Some(why) => println!("  hook refused: {}: {why}", hook.name),
         }
     }
+    println!("  verdict source: {}", tracer.verdict_source().describe());
 
     let allowed_node = nodes.path("nvidia0");
     let denied_node = nodes.path("nvidia-uvm");

@@ -11,7 +11,7 @@ use tokio::{
 
 use crate::{
     cgroup::CgroupPaths,
-    cli::{DeviceSelection, WatchArgs},
+    cli::{DeviceSelection, TracerArgs, WatchArgs},
     devices::CharMajors,
     enrich::Enricher,
     filter::Filter,
@@ -42,7 +42,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     devices
         .majors
         .extend(args.device.as_ref().and_then(|d| d.major()));
-    let config = tracer_config(&devices, &majors, args.all);
+    let config = tracer_config(&devices, &majors, args.all, args.tracer);
     let mut sink = match &args.output {
         Some(path) => Sink::file(path.clone())
             .with_context(|| format!("opening {} for appending", path.display()))?,
@@ -89,6 +89,7 @@ pub fn tracer_config(
     devices: &DeviceSelection,
     majors: &CharMajors,
     report_allowed: bool,
+    tracer: TracerArgs,
 ) -> TracerConfig {
     let mut watched = majors.nvidia_majors();
     watched.extend(&devices.majors);
@@ -99,6 +100,7 @@ pub fn tracer_config(
         all_devices: devices.all_devices,
         report_allowed,
         follow_process_tree: false,
+        hook: tracer.hook,
     }
 }
 
@@ -114,6 +116,10 @@ pub fn announce(tracer: &Tracer, config: &TracerConfig) {
             Some(why) => eprintln!("gpu-trace: hook refused: {}: {why}", hook.name),
         }
     }
+    eprintln!(
+        "gpu-trace: verdict source: {}",
+        tracer.verdict_source().describe()
+    );
     let what = if config.all_devices {
         "every device".to_string()
     } else {

@@ -46,7 +46,7 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
         "--major",
         &incident.uvm_major.to_string(),
     ]);
-    let child = run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &ops).expect("probe");
+    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
     assert!(child.results.iter().all(|&r| r == libc::EPERM));
     let first = watcher.wait_for_events(child.pid, 1);
     assert_eq!(
@@ -107,7 +107,7 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
             let mut batches_after_rotation = 0;
             while batches_after_rotation < 5 {
                 let outcome =
-                    gpu_trace::scenario::run_probe_in(Path::new(GPU_TRACE), &[&cgroup_dir], &ops)
+                    gpu_trace::scenario::run_probe_in(Path::new(gpu_trace()), &[&cgroup_dir], &ops)
                         .expect("probe");
                 assert!(
                     outcome.results.iter().all(|&r| r == libc::EPERM),
@@ -209,13 +209,17 @@ fn filters_narrow_the_stream() {
         args.extend(&filter);
         let watcher = Watcher::start(&args);
         let a = run_probe(
-            Path::new(GPU_TRACE),
+            Path::new(gpu_trace()),
             &[&incident.cgroup],
             std::slice::from_ref(&uvm),
         )
         .expect("probe a");
-        let b = run_probe(Path::new(GPU_TRACE), &[&other], std::slice::from_ref(&uvm))
-            .expect("probe b");
+        let b = run_probe(
+            Path::new(gpu_trace()),
+            &[&other],
+            std::slice::from_ref(&uvm),
+        )
+        .expect("probe b");
         // A marker the filter lets through only when expected; wait for what should come.
         if want_a {
             watcher.wait_for_events(a.pid, 1);
@@ -249,7 +253,7 @@ fn filters_narrow_the_stream() {
         "--format", "json", "--fold", "0", "--major", &major, "--pid", "1",
     ]);
     let a = run_probe(
-        Path::new(GPU_TRACE),
+        Path::new(gpu_trace()),
         &[&incident.cgroup],
         std::slice::from_ref(&uvm),
     )
@@ -285,7 +289,7 @@ fn metrics_count_every_denial_over_http() {
     let watcher = Watcher::start(&["--format", "json", "--metrics", &addr, "--major", &major]);
     const DENIALS: usize = 25;
     let ops = vec![incident.open_rw("nvidia-uvm"); DENIALS];
-    let child = run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &ops).expect("probe");
+    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
     assert!(child.results.iter().all(|&r| r == libc::EPERM));
     // The first is written at once; the rest fold, but metrics count each one.
     watcher.wait_for_events(child.pid, 1);
@@ -368,7 +372,7 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
                 let mut produced = 0;
                 while !stop.load(Ordering::Acquire) {
                     produced += gpu_trace::scenario::run_probe_in(
-                        Path::new(GPU_TRACE),
+                        Path::new(gpu_trace()),
                         &[&cgroup_dir],
                         &ops,
                     )
@@ -424,7 +428,7 @@ fn containers_started_after_watch_are_covered_without_a_restart() {
     // The cgroup, its policy and its process all come after watch started.
     let incident = Incident::new(&host, "late");
     let child = run_probe(
-        Path::new(GPU_TRACE),
+        Path::new(gpu_trace()),
         &[&incident.cgroup],
         &[incident.open_rw("nvidia-uvm")],
     )
@@ -476,7 +480,7 @@ fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
     ]);
     const DENIALS: usize = 300; // far more lines than 16 KiB holds
     let child = run_probe(
-        Path::new(GPU_TRACE),
+        Path::new(gpu_trace()),
         &[&incident.cgroup],
         &vec![incident.open_rw("nvidia-uvm"); DENIALS],
     )

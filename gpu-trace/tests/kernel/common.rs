@@ -6,7 +6,7 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
-        mpsc, Arc, Mutex,
+        mpsc, Arc, LazyLock, Mutex,
     },
     thread,
     time::{Duration, Instant},
@@ -24,7 +24,15 @@ use nix::{
 };
 use serde_json::Value;
 
-pub const GPU_TRACE: &str = env!("CARGO_BIN_EXE_gpu-trace");
+/// The gpu-trace binary under test: cargo's build, or GPU_TRACE_BIN where
+/// the tests run away from the build tree (inside a test VM).
+pub fn gpu_trace() -> &'static str {
+    static PATH: LazyLock<String> = LazyLock::new(|| {
+        std::env::var("GPU_TRACE_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_gpu-trace").to_string())
+    });
+    &PATH
+}
 /// Generous: these machines are noisy. Only bounds a wait, never asserted as speed.
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -89,7 +97,7 @@ pub struct Watcher {
 impl Watcher {
     /// Starts the watcher and waits for its "ready" line on stderr.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(GPU_TRACE)
+        let mut child = Command::new(gpu_trace())
             .arg("watch")
             .args(args)
             .stdin(Stdio::null())
@@ -255,4 +263,32 @@ impl Incident {
             mode: OpenMode::ReadWrite,
         }
     }
+}
+
+/// Set inside the test VMs, whose Debian kernels load fexit: there a
+/// refused fexit is a failure, not a reason to skip or fall back.
+pub fn fexit_expected() -> bool {
+    std::env::var("GPU_TRACE_EXPECT_FEXIT").is_ok_and(|v| v == "1")
+}
+
+/// From watch's stderr: the open tracepoints and a device hook are in place
+/// (fexit where expected), and nothing else was refused.
+pub fn assert_hooks_in_place(stderr: &[String]) {
+    let active = |what: &str| {
+        stderr
+            .iter()
+            .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(what))
+    };
+    for tracepoint in ["_openat", "_openat2", "_open"] {
+        assert!(active(tracepoint), "{tracepoint} not active: {stderr:#?}");
+    }
+    let device_hook = active("fexit") || (!fexit_expected() && active("observer"));
+    assert!(device_hook, "no device hook active: {stderr:#?}");
+    // Only fexit may be refused, and only where it is not expected.
+    let unexpected: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("hook refused"))
+        .filter(|l| fexit_expected() || !l.contains("refused: fexit"))
+        .collect();
+    assert!(unexpected.is_empty(), "{unexpected:#?}");
 }

@@ -221,7 +221,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
     );
 
     // gpu-trace starts lxc-execute itself: the container's processes are its descendants.
-    let traced = Command::new(GPU_TRACE)
+    let traced = Command::new(gpu_trace())
         .args([
             "run",
             "--format",
@@ -293,7 +293,7 @@ fn run_with_container_reproduces_under_its_policy_from_the_host() {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::ReadWrite,
     };
-    let output = Command::new(GPU_TRACE)
+    let output = Command::new(gpu_trace())
         .args([
             "run",
             "--format",
@@ -304,7 +304,7 @@ fn run_with_container_reproduces_under_its_policy_from_the_host() {
             &container.name,
             "--",
         ])
-        .args([GPU_TRACE, "__probe", &open.to_arg()])
+        .args([gpu_trace(), "__probe", &open.to_arg()])
         .output()
         .expect("gpu-trace run --container");
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -8,6 +8,7 @@
 
 mod audit;
 mod common;
+mod hooks;
 mod lxc;
 mod policy;
 mod run;

@@ -74,7 +74,7 @@ pub fn assert_evaluator_matches_kernel(
     let ops = grid(&nodes, majors);
     let probe_ops: Vec<ProbeOp> = ops.iter().map(|(op, _)| op.clone()).collect();
     let outcome =
-        run_probe_in(Path::new(GPU_TRACE), &[cgroup_dir], &probe_ops).expect("probe in cgroup");
+        run_probe_in(Path::new(gpu_trace()), &[cgroup_dir], &probe_ops).expect("probe in cgroup");
     let relative = Path::new("/").join(
         cgroup_dir
             .strip_prefix(host_mount)
@@ -200,7 +200,7 @@ fn proc_devices_with_uvm_at(dir: &Path, major: u32) -> std::path::PathBuf {
 
 /// `gpu-trace check --format json TARGET...`, e.g. `["--container", name]`.
 fn check_json(target: &[&str], proc_devices: &Path) -> (Option<i32>, Value) {
-    let output = Command::new(GPU_TRACE)
+    let output = Command::new(gpu_trace())
         .args(["check", "--format", "json"])
         .args(target)
         .env("GPU_TRACE_PROC_DEVICES", proc_devices)
@@ -315,7 +315,7 @@ fn check_exits_2_on_a_bad_target() {
     let Some(_host) = kernel_test("check_exits_2_on_a_bad_target") else {
         return;
     };
-    let output = Command::new(GPU_TRACE)
+    let output = Command::new(gpu_trace())
         .args(["check", "--cgroup", "/no/such/gpu-trace/cgroup"])
         .output()
         .expect("run check");

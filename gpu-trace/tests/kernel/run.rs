@@ -38,7 +38,7 @@ fn cuda_like_opens(incident: &Incident) -> Vec<String> {
 
 /// `gpu-trace run ARGS -- CMD...`, to completion.
 fn gpu_trace_run(args: &[&str], command: &[String]) -> Output {
-    Command::new(GPU_TRACE)
+    Command::new(gpu_trace())
         .arg("run")
         .args(args)
         .arg("--")
@@ -76,7 +76,7 @@ fn probe_in_shell(probe_args: &[String], shell_tail: &str) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
-        format!("{GPU_TRACE} __probe {}{shell_tail}", quoted.join(" ")),
+        format!("{} __probe {}{shell_tail}", gpu_trace(), quoted.join(" ")),
     ]
 }
 
@@ -165,7 +165,7 @@ fn run_follows_grandchildren_and_ignores_unrelated_processes() {
     let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
 
     let major = incident.uvm_major.to_string();
-    let run = Command::new(GPU_TRACE)
+    let run = Command::new(gpu_trace())
         .args([
             "run", "--format", "json", "--major", &major, "--cgroup", &cgroup, "--",
         ])
@@ -182,7 +182,7 @@ fn run_follows_grandchildren_and_ignores_unrelated_processes() {
 
     // The same denied open, at the same time, from outside the tree.
     let unrelated =
-        run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &[uvm]).expect("unrelated probe");
+        run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &[uvm]).expect("unrelated probe");
     assert_eq!(unrelated.results, [libc::EPERM]);
     fs::write(&go, "").expect("release the grandchild");
 
@@ -220,9 +220,16 @@ fn run_names_rules_rewritten_while_the_process_ran() {
         incident.open_rw("nvidia0").to_arg(),
     ];
     let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
-    let mut run = Command::new(GPU_TRACE)
+    let mut run = Command::new(gpu_trace())
         .args([
-            "run", "--format", "json", "--cgroup", &cgroup, "--", GPU_TRACE, "__probe",
+            "run",
+            "--format",
+            "json",
+            "--cgroup",
+            &cgroup,
+            "--",
+            gpu_trace(),
+            "__probe",
         ])
         .args(&ops)
         .stdin(Stdio::null())
@@ -271,7 +278,7 @@ fn run_names_a_stale_major_from_todays_proc_devices() {
     )
     .expect("write devices copy");
     let major = incident.uvm_major.to_string();
-    let output = Command::new(GPU_TRACE)
+    let output = Command::new(gpu_trace())
         .args([
             "run",
             "--format",
@@ -314,7 +321,7 @@ fn run_names_a_missing_node() {
     };
     let output = gpu_trace_run(
         &["--format", "json"],
-        &[GPU_TRACE.into(), "__probe".into(), open.to_arg()],
+        &[gpu_trace().into(), "__probe".into(), open.to_arg()],
     );
     let (report, _) = json_report(&output);
     let event = &report["problems"][0]["event"];
@@ -374,7 +381,7 @@ fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
     let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
     let output = gpu_trace_run(
         &["--format", "json", "--cgroup", &cgroup],
-        &[GPU_TRACE.into(), "__probe".into(), open.to_arg()],
+        &[gpu_trace().into(), "__probe".into(), open.to_arg()],
     );
     let (report, _) = json_report(&output);
     let problems = report["problems"].as_array().expect("problems");
@@ -406,7 +413,7 @@ fn run_names_file_permissions_not_the_policy() {
         "--reuid=65534",
         "--regid=65534",
         "--clear-groups",
-        GPU_TRACE,
+        gpu_trace(),
         "__probe",
     ]
     .map(String::from)
@@ -446,8 +453,9 @@ fn run_names_a_cgroup_v1_devices_list_denial() {
     };
     // The shell joins the v1 devices cgroup, then becomes the probe.
     let script = format!(
-        "echo $$ > {}/cgroup.procs && exec {GPU_TRACE} __probe '{}'",
+        "echo $$ > {}/cgroup.procs && exec {} __probe '{}'",
         v1.path().display(),
+        gpu_trace(),
         open.to_arg()
     );
     let output = gpu_trace_run(

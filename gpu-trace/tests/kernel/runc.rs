@@ -179,7 +179,7 @@ fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
     let nodes = grid_nodes(&majors);
     let ops = grid(&nodes, &majors);
     let probe_ops: Vec<_> = ops.iter().map(|(op, _)| op.clone()).collect();
-    let outcome = run_probe_in(Path::new(GPU_TRACE), &[&v1_dir], &probe_ops)
+    let outcome = run_probe_in(Path::new(gpu_trace()), &[&v1_dir], &probe_ops)
         .expect("probe in the v1 devices cgroup");
     let (mut denied, mut allowed) = (0, 0);
     for ((op, query), errno) in ops.iter().zip(&outcome.results) {

@@ -39,7 +39,7 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
     ]);
 
     let child = run_probe(
-        Path::new(GPU_TRACE),
+        Path::new(gpu_trace()),
         &[&incident.cgroup],
         &[incident.open_rw("nvidia-uvm")],
     )
@@ -51,24 +51,7 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
     );
 
     // Every hook this kernel supports must be in place: a refused one fails here.
-    for hook in ["observer", "_openat", "_openat2", "_open"] {
-        assert!(
-            watcher
-                .stderr_seen
-                .iter()
-                .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(hook)),
-            "hook {hook} not active: {:#?}",
-            watcher.stderr_seen
-        );
-    }
-    assert!(
-        !watcher
-            .stderr_seen
-            .iter()
-            .any(|l| l.contains("hook refused")),
-        "{:#?}",
-        watcher.stderr_seen
-    );
+    assert_hooks_in_place(&watcher.stderr_seen);
     let live = watcher.wait_for_events(child.pid, 1);
     assert_eq!(live.len(), 1, "streamed while running: {live:#?}");
     let (status, stderr) = watcher.stop();
@@ -133,7 +116,8 @@ fn allowed_access_is_reported_only_with_all() {
         (vec!["--format", "json", "--all", "--major", &major], true),
     ] {
         let watcher = Watcher::start(&args);
-        let child = run_probe(Path::new(GPU_TRACE), &[&incident.cgroup], &ops).expect("run probe");
+        let child =
+            run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("run probe");
         assert_eq!(child.results[1], libc::EPERM);
         assert_ne!(
             child.results[0],
@@ -207,7 +191,7 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::Read,
     };
-    let child = run_probe(Path::new(GPU_TRACE), &[&v2, &v1], &[op]).expect("run probe");
+    let child = run_probe(Path::new(gpu_trace()), &[&v2, &v1], &[op]).expect("run probe");
     assert_eq!(
         child.results,
         [libc::EPERM],
@@ -274,9 +258,9 @@ fn observer_never_changes_a_verdict() {
     }
 
     let without =
-        run_probe(Path::new(GPU_TRACE), &[&cgroup], &ops).expect("probe without gpu-trace");
+        run_probe(Path::new(gpu_trace()), &[&cgroup], &ops).expect("probe without gpu-trace");
     let watcher = Watcher::start(&["--format", "json", "--all", "--all-devices"]);
-    let with = run_probe(Path::new(GPU_TRACE), &[&cgroup], &ops).expect("probe with gpu-trace");
+    let with = run_probe(Path::new(gpu_trace()), &[&cgroup], &ops).expect("probe with gpu-trace");
     let seen = watcher.wait_for_events(with.pid, ops.len());
     let (status, _) = watcher.stop();
     assert!(status.success());
@@ -363,7 +347,7 @@ fn non_root_gets_exit_status_3_and_one_line() {
         return;
     };
     const NOBODY: u32 = 65534;
-    let output = Command::new(GPU_TRACE)
+    let output = Command::new(gpu_trace())
         .arg("watch")
         .uid(NOBODY)
         .gid(NOBODY)
@@ -383,7 +367,7 @@ fn selftest_passes() {
     let Some(_host) = kernel_test("selftest_passes") else {
         return;
     };
-    let output = Command::new(GPU_TRACE)
+    let output = Command::new(gpu_trace())
         .arg("selftest")
         .output()
         .expect("run selftest");

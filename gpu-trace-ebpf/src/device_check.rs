@@ -1,0 +1,92 @@
+//! What a device hook saw, whichever hook it was (the observer reading
+//! `bpf_get_retval()`, or fexit on the kernel's check): handed to the open
+//! call in flight on this thread, or reported at once outside one.
+
+use aya_ebpf::helpers::{
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_current_uid_gid, bpf_ktime_get_boot_ns,
+};
+use gpu_trace_common::{
+    DeviceAccessEvent, FLAG_DEVICE_SEEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
+};
+
+use crate::maps::{
+    count_lost_event, current_is_followed, is_watched, report_allowed, EVENTS, IN_FLIGHT,
+};
+
+/// One device permission check, in the cgroup device hook's terms.
+pub struct DeviceCheck {
+    /// `DEV_TYPE_*`.
+    pub dev_type: u16,
+    pub major: u32,
+    pub minor: u32,
+    /// `ACCESS_*` bits.
+    pub access: u16,
+    /// 0 allowed, negative errno denied.
+    pub verdict: i32,
+}
+
+#[inline(always)]
+pub fn record(check: &DeviceCheck) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+
+    // Inside a traced open call (of a followed process): leave the details
+    // for its exit, which knows the path and the errno. Unwatched devices are
+    // recorded too: a failed open of a /dev/nvidia* node with a stale major
+    // is reported with its device number.
+    // (An entry whose call has finished stays in the table, marked SYSCALL_NONE.)
+    let in_call = IN_FLIGHT
+        .get_ptr_mut(tid)
+        // SAFETY: the entry belongs to this thread, which is running here.
+        .filter(|call| unsafe { (**call).syscall } != SYSCALL_NONE);
+    if let Some(call) = in_call {
+        // SAFETY: as above.
+        let call = unsafe { &mut *call };
+        call.major = check.major;
+        call.minor = check.minor;
+        call.access = check.access;
+        call.dev_type = check.dev_type;
+        call.hook_verdict = check.verdict;
+        call.seen = SEEN_DEVICE;
+        // The rest only for watched devices: every char device open (a tty,
+        // /dev/null) passes here, and each helper call costs.
+        if is_watched(check.dev_type, check.major) {
+            // SAFETY: helpers without arguments.
+            call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+            call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+            call.uid = bpf_get_current_uid_gid() as u32;
+            call.seen |= SEEN_WATCHED;
+        }
+        return;
+    }
+
+    if !is_watched(check.dev_type, check.major) || !current_is_followed() {
+        return;
+    }
+    // Any other way to reach a device (mknod, io_uring, ...): report it now.
+    if check.verdict == 0 && !report_allowed() {
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
+        count_lost_event();
+        return;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let event = entry.write(DeviceAccessEvent::zeroed());
+    // SAFETY: helpers without arguments.
+    event.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+    event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    event.pid = (pid_tgid >> 32) as u32;
+    event.tid = pid_tgid as u32;
+    event.uid = bpf_get_current_uid_gid() as u32;
+    event.major = check.major;
+    event.minor = check.minor;
+    event.access = check.access;
+    event.dev_type = check.dev_type;
+    event.hook_verdict = check.verdict;
+    event.flags = FLAG_DEVICE_SEEN;
+    if let Ok(comm) = bpf_get_current_comm() {
+        event.comm = comm;
+    }
+    entry.submit(0);
+}

@@ -1,0 +1,209 @@
+//! The device hooks: which one start-up picks, the fallbacks, and every
+//! hook the kernel loads reporting the same events for the same accesses.
+
+use std::{path::Path, process::Command};
+
+use aya::util::KernelVersion;
+use gpu_trace::{event::VerdictSource, scenario::run_probe};
+use serde_json::Value;
+
+use crate::common::*;
+
+/// Whether this kernel loads and attaches the fexit hook: `run --hook fexit`
+/// exits 0 where it does and 6 (hook refused) where it does not.
+fn fexit_loads() -> bool {
+    let out = Command::new(gpu_trace())
+        .args(["run", "--hook", "fexit", "--", "true"])
+        .output()
+        .expect("run gpu-trace run --hook fexit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => true,
+        Some(6) => {
+            assert!(
+                stderr.contains("refused the fexit devcgroup_check_permission"),
+                "exit 6 names the refused hook: {stderr}"
+            );
+            eprintln!("this kernel refuses fexit: {stderr}");
+            false
+        }
+        other => panic!("gpu-trace run --hook fexit: exit {other:?}: {stderr}"),
+    }
+}
+
+fn verdict_source_line(source: VerdictSource) -> String {
+    format!("gpu-trace: verdict source: {}", source.describe())
+}
+
+#[test]
+fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
+    let Some(_host) = kernel_test("auto_picks_fexit_where_the_kernel_loads_it") else {
+        return;
+    };
+    let fexit = fexit_loads();
+    assert!(
+        fexit || !fexit_expected(),
+        "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit"
+    );
+    let watcher = Watcher::start(&["--format", "json"]);
+    let stderr = watcher.stderr_seen.clone();
+    drop(watcher);
+    assert_hooks_in_place(&stderr);
+    let (active, source) = if fexit {
+        ("fexit devcgroup_check_permission", VerdictSource::Fexit)
+    } else {
+        ("cgroup_device observer at", VerdictSource::BpfRetval)
+    };
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(active)),
+        "{active} active: {stderr:#?}"
+    );
+    if !fexit {
+        assert!(
+            stderr
+                .iter()
+                .any(|l| l.starts_with("gpu-trace: hook refused: fexit")),
+            "says once that fexit was refused: {stderr:#?}"
+        );
+    }
+    // Kernels before 6.1 also refuse the observer with bpf_get_retval; that
+    // case is the next test's.
+    if fexit || KernelVersion::current().expect("kernel version") >= KernelVersion::new(6, 1, 0) {
+        assert!(stderr.contains(&verdict_source_line(source)), "{stderr:#?}");
+    }
+}
+
+#[test]
+fn observer_takes_the_verdict_from_the_errno_where_the_kernel_has_no_bpf_get_retval() {
+    let Some(_host) = kernel_test("observer_takes_the_verdict_from_the_errno") else {
+        return;
+    };
+    let watcher = Watcher::start(&["--hook", "observer", "--format", "json"]);
+    let stderr = watcher.stderr_seen.clone();
+    drop(watcher);
+    let kernel = KernelVersion::current().expect("kernel version");
+    let retval_refused = stderr.iter().any(|l| {
+        l.starts_with("gpu-trace: hook refused: cgroup_device observer with bpf_get_retval")
+    });
+    // bpf_get_retval for device programs arrived in 5.18, the thread id the
+    // observer needs in 6.1: the fallback below 6.1, the observer from it.
+    if kernel < KernelVersion::new(5, 18, 0) {
+        assert!(retval_refused, "{kernel}: {stderr:#?}");
+    }
+    if kernel >= KernelVersion::new(6, 1, 0) {
+        assert!(!retval_refused, "{kernel}: {stderr:#?}");
+    }
+    let (active, source) = if retval_refused {
+        ("(without bpf_get_retval)", VerdictSource::Errno)
+    } else {
+        ("cgroup_device observer at", VerdictSource::BpfRetval)
+    };
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(active)),
+        "{active}: {stderr:#?}"
+    );
+    assert!(stderr.contains(&verdict_source_line(source)), "{stderr:#?}");
+}
+
+/// What must not depend on the hook: everything but times, ids and the
+/// name of the verdict's source.
+fn hook_independent(mut event: Value) -> Value {
+    let object = event.as_object_mut().expect("JSON object");
+    for field in [
+        "time",
+        "first_seen",
+        "last_seen",
+        "pid",
+        "tid",
+        "verdict_from",
+    ] {
+        object.remove(field);
+    }
+    event
+}
+
+#[test]
+fn every_device_hook_reports_the_same_events() {
+    let Some(host) = kernel_test("every_device_hook_reports_the_same_events") else {
+        return;
+    };
+    let fexit = fexit_loads();
+    assert!(
+        fexit || !fexit_expected(),
+        "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit"
+    );
+    let hooks: &[&str] = if fexit {
+        &["fexit", "observer", "errno-observer"]
+    } else {
+        &["observer", "errno-observer"]
+    };
+    let incident = Incident::new(&host, "same");
+    // Allowed first, so that every run diagnoses the denial alike (the
+    // frontend was seen allowed).
+    let ops = [
+        incident.open_rw("nvidia0"),
+        incident.open_rw("nvidia-uvm"),
+        incident.open_rw("nvidiactl"),
+    ];
+    let mut runs = Vec::new();
+    for &hook in hooks {
+        let watcher = Watcher::start(&[
+            "--hook",
+            hook,
+            "--format",
+            "json",
+            "--all",
+            "--fold",
+            "0",
+            "--major",
+            &incident.uvm_major.to_string(),
+        ]);
+        let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops)
+            .expect("run probe in scratch cgroup");
+        assert_eq!(
+            child.results,
+            [libc::ENXIO, libc::EPERM, libc::ENXIO],
+            "no driver behind 195 (ENXIO); the policy denies the uvm stand-in"
+        );
+        let events = watcher.wait_for_events(child.pid, ops.len());
+        let (status, stderr) = watcher.stop();
+        assert!(status.success(), "{hook}: {status}: {stderr:#?}");
+        assert_eq!(events.len(), ops.len(), "{hook}: {events:#?}");
+        let expected: &[&str] = match hook {
+            "fexit" => &["fexit"],
+            "observer" => &["bpf_get_retval", "errno"],
+            _ => &["errno"],
+        };
+        for event in &events {
+            assert!(
+                expected.contains(&event["verdict_from"].as_str().unwrap_or("")),
+                "{hook}: {event:#}"
+            );
+        }
+        runs.push((
+            hook,
+            events.into_iter().map(hook_independent).collect::<Vec<_>>(),
+        ));
+    }
+    let (first, reference) = &runs[0];
+    for (hook, events) in &runs[1..] {
+        assert_eq!(
+            reference, events,
+            "{first} (left) and {hook} (right) disagree"
+        );
+    }
+    let denied = &reference[1];
+    assert_eq!(denied["verdict"], "denied");
+    assert_eq!(denied["verdict_source"], "cgroup-bpf");
+    assert_eq!(denied["bpf_retval"], -1);
+    assert_eq!(denied["major"], incident.uvm_major);
+    assert_eq!(
+        denied["denied_by"]["id"],
+        incident.policy.program_id().expect("policy id")
+    );
+    assert_eq!(reference[0]["verdict"], "allowed");
+}

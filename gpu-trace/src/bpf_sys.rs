@@ -166,7 +166,26 @@ fn program_info(fd: &OwnedFd, xlated: &mut [u8]) -> io::Result<bpf_prog_info> {
     Ok(info)
 }
 
+/// Kernels before 5.11 charge BPF memory to the user's RLIMIT_MEMLOCK, and
+/// root's total includes every running tracer's 4 MiB ring buffer: on EPERM,
+/// lift this process's limit once and try again (as aya does for its calls).
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i64> {
+    let result = sys_bpf_once(cmd, attr);
+    if !matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EPERM)) {
+        return result;
+    }
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid rlimit; failure (no CAP_SYS_RESOURCE) leaves the limit as it was.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        return result;
+    }
+    sys_bpf_once(cmd, attr)
+}
+
+fn sys_bpf_once(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i64> {
     // SAFETY: `attr` is a valid, fully initialised bpf_attr of the size passed.
     let ret = unsafe {
         libc::syscall(

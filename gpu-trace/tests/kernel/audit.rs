@@ -316,8 +316,13 @@ fn metrics_count_every_denial_over_http() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>();
         if denied >= DENIALS as f64 || std::time::Instant::now() > deadline {
+            // The device hook, whichever this kernel gives: fexit or the observer.
             assert!(
-                body.contains("gpu_trace_hook_attached{hook=\"cgroup_device observer"),
+                body.lines()
+                    .any(|l| l.starts_with("gpu_trace_hook_attached{hook=\"")
+                        && (l.contains("hook=\"fexit ")
+                            || l.contains("hook=\"cgroup_device observer"))
+                        && l.ends_with(" 1")),
                 "{body}"
             );
             assert!(body.contains("gpu_trace_build_info{"), "{body}");

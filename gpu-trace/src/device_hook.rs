@@ -90,13 +90,16 @@ impl DeviceHook {
                 Err(e) if choice == HookChoice::Fexit => {
                     return Err(Unsupported::HookRefused {
                         hook: format!("fexit {} (--hook fexit)", program::FEXIT_TARGET),
-                        reason: format!("{e:#}"),
+                        reason: one_line(format!("{e:#}")),
                     }
                     .into())
                 }
                 Err(e) => refused.push((
                     format!("fexit {}", program::FEXIT_TARGET),
-                    format!("{e:#}; the cgroup_device observer stands in"),
+                    format!(
+                        "{}; the cgroup_device observer stands in",
+                        one_line(format!("{e:#}"))
+                    ),
                 )),
             }
         }
@@ -106,7 +109,8 @@ impl DeviceHook {
                 refused.push((
                     "cgroup_device observer with bpf_get_retval (kernel 6.1+)".into(),
                     format!(
-                        "{e}; the errno observer stands in: verdicts come from the open's errno"
+                        "{}; the errno observer stands in: verdicts come from the open's errno",
+                        one_line(e)
                     ),
                 ));
                 Ok(Loaded::NeedsErrnoObserver)
@@ -126,7 +130,8 @@ impl DeviceHook {
                 Unsupported::HookRefused {
                     hook: "every device hook".into(),
                     reason: format!(
-                        "errno observer: {e}; before it, {}; nothing is left to stand in, so gpu-trace stops",
+                        "errno observer: {}; before it, {}; nothing is left to stand in, so gpu-trace stops",
+                        one_line(e),
                         earlier.join("; ")
                     ),
                 }
@@ -165,6 +170,24 @@ impl DeviceHook {
     }
 }
 
+/// A load error in one line: the verifier's log runs to many lines, and
+/// only its last message (the reason) means something to a user.
+fn one_line(error: impl std::fmt::Display) -> String {
+    let text = error.to_string();
+    let Some((head, log)) = text.split_once("Verifier output:") else {
+        return text;
+    };
+    let statistics = ["verification time", "stack depth", "processed "];
+    let reason = log
+        .lines()
+        .map(|l| l.trim().trim_start_matches(':').trim())
+        .rfind(|l| !l.is_empty() && !statistics.iter().any(|s| l.starts_with(s)));
+    match reason {
+        Some(reason) => format!("{} Verifier: {reason}", head.trim_end()),
+        None => head.trim_end().to_string(),
+    }
+}
+
 fn load_fexit(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     let btf = Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
     fexit(ebpf)?
@@ -189,4 +212,27 @@ where
         .program_mut(name)
         .with_context(|| format!("program {name} missing from the eBPF object"))?
         .try_into()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_verifier_log_is_cut_to_its_reason() {
+        let refused = "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). \
+Verifier output: ; (dev_type, dev.major)\n0: (61) r2 = *(u32 *)(r1 +8)\n4: (85) call unknown#186\n\
+invalid func unknown#186\nverification time 1086 usec\nstack depth 40+0\nprocessed 5 insns";
+        assert_eq!(
+            one_line(refused),
+            "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier: invalid func unknown#186"
+        );
+        let no_log = "the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). \
+Verifier output: : Operation not permitted (os error 1)";
+        assert_eq!(
+            one_line(no_log),
+            "the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). Verifier: Operation not permitted (os error 1)"
+        );
+        assert_eq!(one_line("no such file"), "no such file");
+    }
 }

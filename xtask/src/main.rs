@@ -7,10 +7,13 @@ use std::{
     io::Write,
     path::{Path, PathBuf},
     process::{Command, ExitCode, Stdio},
+    time::Duration,
 };
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+
+mod vm_test;
 
 /// Debian packages the eBPF build needs: rustc-web ships a precompiled `core`
 /// for bpfel-unknown-none (libstd-rust-web-dev-bpf); bpf-linker links
@@ -66,6 +69,16 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Set up, then boot Debian's 5.10, 6.1 and 6.12 kernels in qemu and run the
+    /// selftest and the kernel tests inside each.
+    VmTest {
+        /// Only this kernel (repeatable); all three by default.
+        #[arg(long = "kernel", value_enum)]
+        kernels: Vec<vm_test::Series>,
+        /// How long one kernel may take from boot to power-off.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+    },
     /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
     Fuzz {
         #[arg(long, default_value_t = 60)]
@@ -79,6 +92,10 @@ fn main() -> ExitCode {
         Task::Run { args } => setup().and_then(|()| run(&args)),
         Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
         Task::Fuzz { seconds } => fuzz(seconds),
+        Task::VmTest {
+            kernels,
+            timeout_secs,
+        } => setup().and_then(|()| vm_test::vm_test(&kernels, Duration::from_secs(timeout_secs))),
         Task::Dist { check } => setup().and_then(|()| dist(check)),
         Task::Bench { quick, json, only } => {
             setup().and_then(|()| bench(quick, &json, only.as_deref()))

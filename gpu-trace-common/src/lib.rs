@@ -32,7 +32,7 @@ pub mod map {
     pub const LOST_EVENTS: &str = "LOST_EVENTS";
     /// Process ids (and thread ids) of the followed process tree.
     pub const FOLLOWED: &str = "FOLLOWED";
-    /// The errno observer's last sighting, one slot per CPU.
+    /// The errno observer's last sighting, by cgroup id.
     pub const LAST_DEVICE_CHECK: &str = "LAST_DEVICE_CHECK";
 }
 
@@ -48,7 +48,7 @@ pub mod global {
     /// between kernel versions, so userspace reads it from the format file.
     pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
     /// Non-zero: the errno observer is the device hook; open calls note when
-    /// they entered, and their exits pick up its per-CPU sighting.
+    /// they entered, and their exits pick up its sighting in their cgroup.
     pub const VERDICT_FROM_ERRNO: &str = "VERDICT_FROM_ERRNO";
 }
 
@@ -58,6 +58,8 @@ pub const IN_FLIGHT_CAPACITY: u32 = 16384;
 pub const FOLLOWED_CAPACITY: u32 = 16384;
 /// Capacity of the watched-majors filter.
 pub const WATCHED_MAJORS_CAPACITY: u32 = 256;
+/// Capacity of the errno observer's table of sightings (one per cgroup).
+pub const LAST_DEVICE_CHECK_CAPACITY: u32 = 4096;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
 pub const EVENTS_RING_BYTES: u32 = 4 << 20;
 /// Bytes of the opened path kept per event, including the terminating NUL.
@@ -197,9 +199,9 @@ impl OpenInFlight {
 
 const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48);
 
-/// What the errno observer saw last on a CPU. Kernels before 6.1 give a
+/// What the errno observer saw last in a cgroup. Kernels before 6.1 give a
 /// cgroup_device program no thread id, so the open call it belongs to is
-/// found the other way round: the call's exit, on the same CPU, claims it.
+/// found the other way round: the call's exit claims its cgroup's sighting.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct LastDeviceCheck {

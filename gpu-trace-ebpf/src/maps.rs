@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     LastDeviceCheck, OpenInFlight, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY,
-    IN_FLIGHT_CAPACITY, WATCHED_MAJORS_CAPACITY,
+    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, WATCHED_MAJORS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -32,9 +32,11 @@ pub static LOST_EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static FOLLOWED: HashMap<u32, u8> = HashMap::with_max_entries(FOLLOWED_CAPACITY, 0);
 
-/// The errno observer's last sighting per CPU (see LastDeviceCheck).
+/// The errno observer's last sighting per cgroup id (see LastDeviceCheck).
+/// LRU: cgroups come and go.
 #[map]
-pub static LAST_DEVICE_CHECK: PerCpuArray<LastDeviceCheck> = PerCpuArray::with_max_entries(1, 0);
+pub static LAST_DEVICE_CHECK: LruHashMap<u64, LastDeviceCheck> =
+    LruHashMap::with_max_entries(LAST_DEVICE_CHECK_CAPACITY, 0);
 
 // Read-only globals: userspace sets them before load (see gpu_trace_common::global).
 #[unsafe(no_mangle)]

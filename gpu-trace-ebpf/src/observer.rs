@@ -39,25 +39,25 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
 }
 
 /// Older kernels: neither the verdict nor the thread id is available here,
-/// so this observer only notes what it saw on this CPU; the open call's exit
+/// so this observer only notes what it saw, by cgroup; the open call's exit
 /// claims it and takes the verdict from the call's errno.
 #[cgroup_device]
 pub fn observe_device_errno(ctx: DeviceContext) -> i32 {
     let (dev_type, major, minor, access) = device_of(&ctx);
-    if let Some(slot) = LAST_DEVICE_CHECK.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot; nothing else runs on this CPU meanwhile.
-        let slot = unsafe { &mut *slot };
-        *slot = LastDeviceCheck {
-            // SAFETY: helpers without arguments.
-            boot_ns: unsafe { bpf_ktime_get_boot_ns() },
-            cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-            uid: bpf_get_current_uid_gid() as u32,
-            major,
-            minor,
-            access,
-            dev_type,
-        };
-    }
+    // SAFETY: a helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let check = LastDeviceCheck {
+        // SAFETY: as above.
+        boot_ns: unsafe { bpf_ktime_get_boot_ns() },
+        cgroup_id,
+        uid: bpf_get_current_uid_gid() as u32,
+        major,
+        minor,
+        access,
+        dev_type,
+    };
+    // A full table evicts the least recently used cgroup's entry.
+    let _ = LAST_DEVICE_CHECK.insert(&cgroup_id, &check, 0);
     ALLOW
 }
 

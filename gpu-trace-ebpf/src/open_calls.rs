@@ -135,19 +135,19 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     0
 }
 
-/// With the errno observer: takes the device check this CPU saw last, if it
-/// can be this call's: same cgroup, after the call entered, not yet claimed.
-/// A thread that moved to another CPU between its device check and its exit
-/// finds nothing here (or, rarely, a later check by another thread of the
-/// same cgroup); its event then lacks the device, or names the other one.
+/// With the errno observer: takes the device check last seen in this
+/// thread's cgroup, if it can be this call's: after the call entered, not
+/// yet claimed. When threads of one cgroup open devices at the same moment,
+/// a call may take another's check (and that one then finds none).
 fn claim_device_check(call: &mut OpenInFlight) {
-    let Some(slot) = LAST_DEVICE_CHECK.get_ptr_mut(0) else {
+    // SAFETY: a helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let Some(slot) = LAST_DEVICE_CHECK.get_ptr_mut(&cgroup_id) else {
         return;
     };
-    // SAFETY: this CPU's slot; nothing else runs on this CPU meanwhile.
+    // SAFETY: a map value; a racing claim at worst reads a newer check.
     let slot = unsafe { &mut *slot };
-    // SAFETY: a helper without arguments.
-    if slot.boot_ns < call.boot_ns || slot.cgroup_id != unsafe { bpf_get_current_cgroup_id() } {
+    if slot.boot_ns < call.boot_ns {
         return;
     }
     call.major = slot.major;

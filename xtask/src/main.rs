@@ -44,11 +44,14 @@ enum Task {
         args: Vec<String>,
     },
     /// Set up, then lint and run every test tier: unit tests, a short fuzz run, the
-    /// package check and the kernel tests (root).
+    /// package check, the kernel tests and the kernel matrix in qemu (root).
     Test {
         /// Skip `cargo fmt --check` and clippy.
         #[arg(long)]
         no_lint: bool,
+        /// Skip the kernel matrix (`vm-test`), about 10 minutes.
+        #[arg(long)]
+        no_vm: bool,
     },
     /// Measure overhead, throughput and start-up against baselines of the same run (root).
     Bench {
@@ -76,7 +79,7 @@ enum Task {
         #[arg(long = "kernel", value_enum)]
         kernels: Vec<vm_test::Series>,
         /// How long one kernel may take from boot to power-off.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = vm_test::DEFAULT_TIMEOUT.as_secs())]
         timeout_secs: u64,
     },
     /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
@@ -90,7 +93,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup(),
         Task::Run { args } => setup().and_then(|()| run(&args)),
-        Task::Test { no_lint } => setup().and_then(|()| test(!no_lint)),
+        Task::Test { no_lint, no_vm } => setup().and_then(|()| test(!no_lint, !no_vm)),
         Task::Fuzz { seconds } => fuzz(seconds),
         Task::VmTest {
             kernels,
@@ -179,7 +182,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn test(lint: bool) -> anyhow::Result<()> {
+fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     if lint {
         // Default members only: the eBPF crate builds for the BPF target alone.
         run_checked(Command::new(cargo()).args(["fmt", "--all", "--", "--check"]))?;
@@ -220,7 +223,17 @@ fn test(lint: bool) -> anyhow::Result<()> {
                 "GPU_TRACE_REQUIRE_KERNEL_TESTS",
                 if env::var_os("CI").is_some() { "1" } else { "" },
             ),
-    )
+    )?;
+    // The same tests inside Debian's kernels, where fexit loads and the
+    // layout is pure cgroup2 (the hosts users run).
+    match (vm, is_root()) {
+        (true, true) => vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT),
+        (true, false) => {
+            eprintln!("xtask: not root: the kernel matrix in qemu (vm-test) is skipped");
+            Ok(())
+        }
+        (false, _) => Ok(()),
+    }
 }
 
 const CARGO_DEB_VERSION: &str = "3.8.0";

@@ -76,6 +76,9 @@ const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static -C debuginfo=0 -C s
 const NOT_IN_GUEST: [&str; 2] = ["lxc::", "runc::"];
 /// What /init runs, in order; each reports its exit status in the marker line.
 const STEPS: [&str; 3] = ["selftest", "selftest-observer", "kernel-tests"];
+/// How long one kernel may take from boot to power-off: about 2.5 minutes
+/// is usual on 2 cores without KVM.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The line /init writes to the second serial port once every step has run.
 const MARKER: &str = "gpu-trace-vm-result";
 /// The only reason a kernel test may skip in the guest: it is pure cgroup2.

@@ -271,14 +271,17 @@ pub fn fexit_expected() -> bool {
     std::env::var("GPU_TRACE_EXPECT_FEXIT").is_ok_and(|v| v == "1")
 }
 
+/// Whether a line of `stderr` starts with `prefix` and contains `part`.
+pub fn says(stderr: &[String], prefix: &str, part: &str) -> bool {
+    stderr
+        .iter()
+        .any(|l| l.starts_with(prefix) && l.contains(part))
+}
+
 /// From watch's stderr: the open tracepoints and a device hook are in place
 /// (fexit where expected), and nothing else was refused.
 pub fn assert_hooks_in_place(stderr: &[String]) {
-    let active = |what: &str| {
-        stderr
-            .iter()
-            .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(what))
-    };
+    let active = |what: &str| says(stderr, "gpu-trace: hook active:", what);
     for tracepoint in ["_openat", "_openat2", "_open"] {
         assert!(active(tracepoint), "{tracepoint} not active: {stderr:#?}");
     }

@@ -35,6 +35,11 @@ fn verdict_source_line(source: VerdictSource) -> String {
     format!("gpu-trace: verdict source: {}", source.describe())
 }
 
+/// What `watch ARGS` says on stderr until it is ready (then it is stopped).
+fn announcement(args: &[&str]) -> Vec<String> {
+    Watcher::start(args).stderr_seen.clone()
+}
+
 #[test]
 fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
     let Some(_host) = kernel_test("auto_picks_fexit_where_the_kernel_loads_it") else {
@@ -45,9 +50,7 @@ fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
         fexit || !fexit_expected(),
         "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit"
     );
-    let watcher = Watcher::start(&["--format", "json"]);
-    let stderr = watcher.stderr_seen.clone();
-    drop(watcher);
+    let stderr = announcement(&["--format", "json"]);
     assert_hooks_in_place(&stderr);
     let (active, source) = if fexit {
         ("fexit devcgroup_check_permission", VerdictSource::Fexit)
@@ -55,16 +58,12 @@ fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
         ("cgroup_device observer at", VerdictSource::BpfRetval)
     };
     assert!(
-        stderr
-            .iter()
-            .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(active)),
+        says(&stderr, "gpu-trace: hook active:", active),
         "{active} active: {stderr:#?}"
     );
     if !fexit {
         assert!(
-            stderr
-                .iter()
-                .any(|l| l.starts_with("gpu-trace: hook refused: fexit")),
+            says(&stderr, "gpu-trace: hook refused: fexit", ""),
             "says once that fexit was refused: {stderr:#?}"
         );
     }
@@ -80,13 +79,13 @@ fn observer_takes_the_verdict_from_the_errno_where_the_kernel_has_no_bpf_get_ret
     let Some(_host) = kernel_test("observer_takes_the_verdict_from_the_errno") else {
         return;
     };
-    let watcher = Watcher::start(&["--hook", "observer", "--format", "json"]);
-    let stderr = watcher.stderr_seen.clone();
-    drop(watcher);
+    let stderr = announcement(&["--hook", "observer", "--format", "json"]);
     let kernel = KernelVersion::current().expect("kernel version");
-    let retval_refused = stderr.iter().any(|l| {
-        l.starts_with("gpu-trace: hook refused: cgroup_device observer with bpf_get_retval")
-    });
+    let retval_refused = says(
+        &stderr,
+        "gpu-trace: hook refused: cgroup_device observer with bpf_get_retval",
+        "",
+    );
     // bpf_get_retval for device programs arrived in 5.18, the thread id the
     // observer needs in 6.1: the fallback below 6.1, the observer from it.
     if kernel < KernelVersion::new(5, 18, 0) {
@@ -101,9 +100,7 @@ fn observer_takes_the_verdict_from_the_errno_where_the_kernel_has_no_bpf_get_ret
         ("cgroup_device observer at", VerdictSource::BpfRetval)
     };
     assert!(
-        stderr
-            .iter()
-            .any(|l| l.starts_with("gpu-trace: hook active:") && l.contains(active)),
+        says(&stderr, "gpu-trace: hook active:", active),
         "{active}: {stderr:#?}"
     );
     assert!(stderr.contains(&verdict_source_line(source)), "{stderr:#?}");

@@ -78,6 +78,9 @@ pub struct Hook {
     pub name: String,
     /// None when attached; otherwise why not, and what stands in for it.
     pub refused: Option<String>,
+    /// Refused, but another device hook does the same job (with the same
+    /// events): worth a line in watch's announcement, not in every `run`.
+    pub stood_in_for: bool,
 }
 
 pub struct Tracer {
@@ -133,6 +136,7 @@ impl Tracer {
             .map(|(name, why)| Hook {
                 name,
                 refused: Some(why),
+                stood_in_for: true,
             })
             .collect();
 
@@ -160,6 +164,7 @@ impl Tracer {
                 name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)"
                     .into(),
                 refused: None,
+                stood_in_for: false,
             });
             Some(HashMap::try_from(take_map(&mut ebpf, map::FOLLOWED)?)?)
         } else {
@@ -179,12 +184,14 @@ impl Tracer {
             hooks.push(Hook {
                 name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
                 refused,
+                stood_in_for: false,
             });
         }
         device_hook.attach(&mut ebpf, cgroup2_mount)?;
         hooks.push(Hook {
             name: device_hook.describe(cgroup2_mount),
             refused: None,
+            stood_in_for: false,
         });
 
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;

@@ -48,7 +48,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut config = tracer_config(&args.devices, &majors, true, args.tracer);
     config.follow_process_tree = true;
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    for hook in tracer.hooks().iter().filter(|h| h.refused.is_some()) {
+    // Only what this trace lacks: a device hook replaced by another is not news.
+    for hook in tracer
+        .hooks()
+        .iter()
+        .filter(|h| h.refused.is_some() && !h.stood_in_for)
+    {
         eprintln!(
             "gpu-trace: hook refused: {}: {}",
             hook.name,

@@ -11,6 +11,7 @@ use aya_ebpf::{
     },
     macros::tracepoint,
     programs::TracePointContext,
+    EbpfContext,
 };
 use gpu_trace_common::{
     DeviceAccessEvent, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED,
@@ -65,14 +66,22 @@ pub fn exit_open(ctx: TracePointContext) -> u32 {
     finish_call(&ctx)
 }
 
+/// A field of the tracepoint's record, read straight from the context: the
+/// verifier allows loads at constant offsets, and every open pays for the
+/// helper call `read_at` would make. Inlined so that `offset` stays constant.
+#[inline(always)]
+fn record_field<T: Copy>(ctx: &TracePointContext, offset: usize) -> T {
+    // SAFETY: the offsets come from the tracepoints' format files, inside
+    // the record the kernel hands over.
+    unsafe { ctx.as_ptr().cast::<u8>().add(offset).cast::<T>().read() }
+}
+
+#[inline(always)]
 fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
     if !current_is_followed() {
         return 0;
     }
-    // SAFETY: the offset comes from the tracepoint's format.
-    let Ok(path_ptr) = (unsafe { ctx.read_at::<u64>(path_arg) }) else {
-        return 0;
-    };
+    let path_ptr: u64 = record_field(ctx, path_arg);
     let tid = bpf_get_current_pid_tgid() as u32;
     // Only the errno observer's sightings need the entry time (see
     // claim_device_check); the check is a constant for the verifier.
@@ -116,8 +125,7 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     if verdict_from_errno() {
         claim_device_check(&mut call);
     }
-    // SAFETY: the offset comes from the tracepoint's format.
-    let ret = unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0) as i32;
+    let ret = record_field::<i64>(ctx, RET) as i32;
     let seen = call.seen & SEEN_DEVICE != 0;
     if call.seen & SEEN_WATCHED != 0 {
         // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).

@@ -10,7 +10,8 @@ use serde_json::Value;
 use crate::common::*;
 
 /// Whether this kernel loads and attaches the fexit hook: `run --hook fexit`
-/// exits 0 where it does and 6 (hook refused) where it does not.
+/// exits 0 where it does and 6 (hook refused) where it does not. Where fexit
+/// is expected (GPU_TRACE_EXPECT_FEXIT=1), a refusal fails the test here.
 fn fexit_loads() -> bool {
     let out = Command::new(gpu_trace())
         .args(["run", "--hook", "fexit", "--", "true"])
@@ -23,6 +24,10 @@ fn fexit_loads() -> bool {
             assert!(
                 stderr.contains("refused the fexit devcgroup_check_permission"),
                 "exit 6 names the refused hook: {stderr}"
+            );
+            assert!(
+                !fexit_expected(),
+                "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit: {stderr}"
             );
             eprintln!("this kernel refuses fexit: {stderr}");
             false
@@ -46,10 +51,6 @@ fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
         return;
     };
     let fexit = fexit_loads();
-    assert!(
-        fexit || !fexit_expected(),
-        "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit"
-    );
     let stderr = announcement(&["--format", "json"]);
     assert_hooks_in_place(&stderr);
     let (active, source) = if fexit {
@@ -129,10 +130,6 @@ fn every_device_hook_reports_the_same_events() {
         return;
     };
     let fexit = fexit_loads();
-    assert!(
-        fexit || !fexit_expected(),
-        "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit"
-    );
     let hooks: &[&str] = if fexit {
         &["fexit", "observer", "errno-observer"]
     } else {

@@ -24,6 +24,9 @@ const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-2
 /// runtimes generate themselves.
 const TEST_PACKAGES: [&str; 3] = ["lxc", "runc", "busybox-static"];
 
+/// `cargo ARGS` that builds and runs the kernel tests (gpu-trace/tests/kernel).
+pub(crate) const KERNEL_TESTS: [&str; 5] = ["test", "--package", "gpu-trace", "--test", "kernel"];
+
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
@@ -209,15 +212,8 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     }
     run_checked(
         Command::new(cargo())
-            .args([
-                "test",
-                "--package",
-                "gpu-trace",
-                "--test",
-                "kernel",
-                "--",
-                "--test-threads=1",
-            ])
+            .args(KERNEL_TESTS)
+            .args(["--", "--test-threads=1"])
             // In CI, a kernel test that skips is a failure.
             .env(
                 "GPU_TRACE_REQUIRE_KERNEL_TESTS",

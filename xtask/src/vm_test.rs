@@ -20,7 +20,9 @@ use std::{
 use anyhow::{ensure, Context};
 use clap::ValueEnum;
 
-use crate::{apt_install, cargo, dpkg_installed, require_root, run_checked, workspace};
+use crate::{
+    apt_install, cargo, dpkg_installed, require_root, run_checked, workspace, KERNEL_TESTS,
+};
 
 /// A kernel series of the matrix, as `--kernel` names it.
 #[derive(Clone, Copy, ValueEnum)]
@@ -367,14 +369,8 @@ struct GuestBinaries {
 fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
     let mut command = Command::new(cargo());
     command
-        .args([
-            "test",
-            "--package",
-            "gpu-trace",
-            "--test",
-            "kernel",
-            "--no-run",
-        ])
+        .args(KERNEL_TESTS)
+        .arg("--no-run")
         .args([
             "--message-format=json-render-diagnostics",
             "--target",

@@ -81,7 +81,8 @@ impl Attributor {
     /// For denials: names the policy that refused it in `record.denied_by`.
     /// A denial whose layer the event did not tell (fexit, errno) is settled
     /// here: a BPF policy that denies it is the culprit; if they all allow
-    /// it, a check after them (cgroup v1) refused it.
+    /// it, a check after them (cgroup v1) refused it. A policy that cannot be
+    /// evaluated (or read) counts as BPF's, the usual layer on cgroup2 hosts.
     pub fn attribute(&mut self, record: &mut Record) {
         let a = &record.access;
         let query = DeviceQuery {

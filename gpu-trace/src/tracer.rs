@@ -28,6 +28,13 @@ static TRACER_OBJECT: &[u8] =
 
 /// Events handed over per `drain` call before the caller gets control back.
 pub const DRAIN_BATCH: usize = 4096;
+/// How long a reader woken by the ring buffer waits before draining it. The
+/// kernel wakes the reader (a self-interrupt on the producer's CPU, costly
+/// in a VM) only for a record submitted while the reader was caught up; a
+/// reader that drains at once is caught up again for the next record, so
+/// every denied open paid for a wake-up. Waiting lets a burst pile up behind
+/// one wake-up (at most ~1000 a second) and delays an event by as little.
+pub const WAKEUP_COALESCING: std::time::Duration = std::time::Duration::from_millis(1);
 /// At most this many events fit in the ring buffer: what a final drain at
 /// shutdown may find, whatever keeps arriving meanwhile.
 pub const RING_CAPACITY_EVENTS: usize =

@@ -33,7 +33,7 @@ use crate::{
     preflight::{check_host, Host},
     report::Report,
     target::{cgroup_dir, container_dir},
-    tracer::{Tracer, DRAIN_BATCH},
+    tracer::{Tracer, DRAIN_BATCH, WAKEUP_COALESCING},
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -172,6 +172,7 @@ async fn trace_command(
         tokio::select! {
             guard = ready.readable(), if !backlog => {
                 guard?.clear_ready();
+                tokio::time::sleep(WAKEUP_COALESCING).await;
                 backlog = stream(tracer, DRAIN_BATCH);
             }
             _ = tokio::task::yield_now(), if backlog => backlog = stream(tracer, DRAIN_BATCH),

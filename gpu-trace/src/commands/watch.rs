@@ -21,7 +21,7 @@ use crate::{
     pipeline::Pipeline,
     preflight::check_host,
     sink::Sink,
-    tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
+    tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS, WAKEUP_COALESCING},
 };
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,
@@ -234,6 +234,7 @@ async fn stream(
             }
             guard = ready.readable(), if !backlog => {
                 guard?.clear_ready();
+                tokio::time::sleep(WAKEUP_COALESCING).await;
                 backlog = flow.drain(tracer, DRAIN_BATCH)?;
             }
             _ = tokio::task::yield_now(), if backlog => {

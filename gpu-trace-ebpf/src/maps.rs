@@ -3,20 +3,21 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use gpu_trace_common::{
     LastDeviceCheck, OpenInFlight, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY,
-    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, WATCHED_MAJORS_CAPACITY,
+    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, MAJOR_LIMIT,
 };
 
 /// Finished events for userspace.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
 
-/// Char majors to report; userspace adds majors as drivers register them.
+/// Char majors to report (non-zero at the major's index); userspace adds
+/// majors as drivers register them.
 #[map]
-pub static WATCHED_MAJORS: HashMap<u32, u8> = HashMap::with_max_entries(WATCHED_MAJORS_CAPACITY, 0);
+pub static WATCHED_MAJORS: Array<u8> = Array::with_max_entries(MAJOR_LIMIT, 0);
 
 /// Open calls in flight, by thread id. LRU so that a thread that dies inside
 /// a call can never fill the table.
@@ -82,8 +83,7 @@ pub fn is_watched(dev_type: u16, major: u32) -> bool {
     if watch_all_devices() {
         return true;
     }
-    // SAFETY: the value is a u8 flag, read at once.
-    dev_type == DEV_TYPE_CHAR && unsafe { WATCHED_MAJORS.get(major).is_some() }
+    dev_type == DEV_TYPE_CHAR && WATCHED_MAJORS.get(major).is_some_and(|flag| *flag != 0)
 }
 
 /// Is the current process one to report? Always, unless a tree is followed.

@@ -185,7 +185,8 @@ pub struct CheckArgs {
 #[derive(Debug, Args, Clone, Default)]
 pub struct DeviceSelection {
     /// Also watch this char major (repeatable). NVIDIA's are always watched.
-    #[arg(short, long = "major", value_name = "N")]
+    #[arg(short, long = "major", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(..i64::from(gpu_trace_common::MAJOR_LIMIT)))]
     pub majors: Vec<u32>,
     /// Watch every device, not only NVIDIA's and --major ones.
     #[arg(short = 'x', long)]

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context;
 use aya::{
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{trace_point::TracePointLink, TracePoint},
     Ebpf, EbpfLoader,
 };
@@ -94,7 +94,7 @@ pub struct Tracer {
     // Holds the programs and their links; dropping it detaches everything.
     _ebpf: Ebpf,
     events: RingBuf<MapData>,
-    watched_majors: HashMap<MapData, u32, u8>,
+    watched_majors: WatchedMajors,
     followed: Option<HashMap<MapData, u32, u8>>,
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,
@@ -148,9 +148,11 @@ impl Tracer {
             .collect();
 
         // Filled before anything attaches, so no early access is missed.
-        let mut watched_majors: HashMap<MapData, u32, u8> =
-            HashMap::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?;
-        add_majors(&mut watched_majors, &config.majors)?;
+        let mut watched_majors = WatchedMajors {
+            filter: Array::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?,
+            majors: Vec::new(),
+        };
+        watched_majors.add(&config.majors)?;
 
         let mut tracepoint_links = Vec::new();
         let followed = if config.follow_process_tree {
@@ -232,7 +234,7 @@ impl Tracer {
 
     /// Adds majors to the kernel-side filter (already present ones are kept).
     pub fn watch_majors(&mut self, majors: &[u32]) -> anyhow::Result<()> {
-        add_majors(&mut self.watched_majors, majors)
+        self.watched_majors.add(majors)
     }
 
     /// Adds a process to the followed tree; its later forks join by themselves.
@@ -258,9 +260,7 @@ impl Tracer {
     }
 
     pub fn watched_majors(&self) -> Vec<u32> {
-        let mut majors: Vec<u32> = self.watched_majors.keys().flatten().collect();
-        majors.sort_unstable();
-        majors
+        self.watched_majors.majors.clone()
     }
 
     /// The ring buffer's descriptor, to wait on for readiness.
@@ -332,12 +332,31 @@ fn load_object(
         .context("loading gpu-trace's eBPF object")
 }
 
-fn add_majors(map: &mut HashMap<MapData, u32, u8>, majors: &[u32]) -> anyhow::Result<()> {
-    for &major in majors {
-        map.insert(major, 1, 0)
-            .with_context(|| format!("adding major {major} to the watch list"))?;
+/// The kernel-side major filter, and the majors in it (an array cannot list
+/// its set entries without a lookup per index).
+struct WatchedMajors {
+    filter: Array<MapData, u8>,
+    /// Sorted.
+    majors: Vec<u32>,
+}
+
+impl WatchedMajors {
+    fn add(&mut self, majors: &[u32]) -> anyhow::Result<()> {
+        for &major in majors {
+            anyhow::ensure!(
+                major < gpu_trace_common::MAJOR_LIMIT,
+                "major {major} is out of range: device majors are below {}",
+                gpu_trace_common::MAJOR_LIMIT
+            );
+            self.filter
+                .set(major, 1, 0)
+                .with_context(|| format!("adding major {major} to the watch list"))?;
+            if let Err(at) = self.majors.binary_search(&major) {
+                self.majors.insert(at, major);
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {

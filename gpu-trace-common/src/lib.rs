@@ -50,6 +50,9 @@ pub mod global {
     /// Non-zero: the errno observer is the device hook; open calls note when
     /// they entered, and their exits pick up its sighting in their cgroup.
     pub const VERDICT_FROM_ERRNO: &str = "VERDICT_FROM_ERRNO";
+    /// Offset of `stack` in `struct task_struct`, from the kernel's BTF; 0
+    /// leaves accesses outside traced open calls without their path.
+    pub const TASK_STACK_OFFSET: &str = "TASK_STACK_OFFSET";
 }
 
 /// Capacity of the per-thread table of open calls in flight.
@@ -82,6 +85,10 @@ pub const SYSCALL_NONE: u16 = 0;
 pub const SYSCALL_OPENAT: u16 = 1;
 pub const SYSCALL_OPENAT2: u16 = 2;
 pub const SYSCALL_OPEN: u16 = 3;
+/// Only ever seen through the saved registers (see FLAG_PATH_FROM_REGS).
+pub const SYSCALL_CREAT: u16 = 4;
+pub const SYSCALL_MKNOD: u16 = 5;
+pub const SYSCALL_MKNODAT: u16 = 6;
 
 /// `DeviceAccessEvent::flags` bits.
 /// A device hook saw this access (device fields and `hook_verdict` are valid).
@@ -90,6 +97,9 @@ pub const FLAG_DEVICE_SEEN: u16 = 1;
 pub const FLAG_HAS_SYSCALL: u16 = 2;
 /// The path did not fit in `path` and was cut.
 pub const FLAG_PATH_TRUNCATED: u16 = 4;
+/// No traced open call carried the access, but `path` and `syscall` were read
+/// from the syscall's saved registers; `syscall_ret` is unknown.
+pub const FLAG_PATH_FROM_REGS: u16 = 8;
 
 /// Failed opens of paths under this prefix are reported even though they
 /// never reached the device hook (ENOENT: node missing; EACCES: file mode).

@@ -10,8 +10,9 @@ use gpu_trace_common::{
     DeviceAccessEvent, FLAG_DEVICE_SEEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
 };
 
-use crate::maps::{
-    count_lost_event, current_is_followed, is_watched, report_allowed, EVENTS, IN_FLIGHT,
+use crate::{
+    maps::{count_lost_event, current_is_followed, is_watched, report_allowed, EVENTS, IN_FLIGHT},
+    syscall_regs::current_path,
 };
 
 /// One device permission check, in the cgroup device hook's terms.
@@ -63,7 +64,8 @@ pub fn record(check: &DeviceCheck) {
     if !is_watched(check.dev_type, check.major) || !current_is_followed() {
         return;
     }
-    // Any other way to reach a device (mknod, io_uring, ...): report it now.
+    // Outside a traced open (mknod, io_uring, or every access with
+    // --device-hook-only): report it now.
     if check.verdict == 0 && !report_allowed() {
         return;
     }
@@ -85,6 +87,10 @@ pub fn record(check: &DeviceCheck) {
     event.dev_type = check.dev_type;
     event.hook_verdict = check.verdict;
     event.flags = FLAG_DEVICE_SEEN;
+    if let Some((syscall, flags)) = current_path(&mut event.path) {
+        event.syscall = syscall;
+        event.flags |= flags;
+    }
     if let Ok(comm) = bpf_get_current_comm() {
         event.comm = comm;
     }

@@ -4,7 +4,9 @@
 //! thread (`open_calls`), the device hook fills in what it saw and its
 //! verdict (`device_check`, from `fexit` or an `observer`), and the call's
 //! exit joins both with the errno into one event on the ring buffer.
-//! Userspace loads one device hook: the first of fexit, the observer, the
+//! With --device-hook-only the tracepoints stay out and the device hook
+//! reports at once, the path read from the syscall's saved registers
+//! (`syscall_regs`). Userspace loads one device hook: the first of fexit, the observer, the
 //! errno observer that the kernel accepts.
 #![no_std]
 #![no_main]
@@ -15,6 +17,7 @@ mod maps;
 mod observer;
 mod open_calls;
 mod process_tree;
+mod syscall_regs;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -50,6 +50,8 @@ static FOLLOW_PROCESS_TREE: u8 = 0;
 static FORK_CHILD_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static VERDICT_FROM_ERRNO: u8 = 0;
+#[unsafe(no_mangle)]
+static TASK_STACK_OFFSET: u32 = 0;
 
 pub fn watch_all_devices() -> bool {
     // SAFETY: a plain read of a global the loader patched; volatile keeps the
@@ -75,6 +77,11 @@ pub fn fork_child_pid_offset() -> usize {
 pub fn verdict_from_errno() -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&VERDICT_FROM_ERRNO) != 0 }
+}
+
+pub fn task_stack_offset() -> u64 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&TASK_STACK_OFFSET) as u64 }
 }
 
 /// Is this a device to report: a watched char major, or any with --all-devices?

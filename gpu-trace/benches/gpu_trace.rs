@@ -305,6 +305,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         let names = [
             "gpu-trace watch > /dev/null",
             "gpu-trace watch --format json > file",
+            "gpu-trace watch --device-hook-only > /dev/null",
             "bpftrace opensnoop-like",
             "strace -f -e trace=openat",
         ];
@@ -321,17 +322,26 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             let tracer = watch(scene, &["--format", "json"], Stdio::from(file));
             runs[1].push(once(&[], settings.opens));
             tracer.stop();
-            let tracer = bpftrace();
+            let tracer = watch(scene, &["--device-hook-only"], Stdio::null());
             runs[2].push(once(&[], settings.opens));
             tracer.stop();
+            let tracer = bpftrace();
+            runs[3].push(once(&[], settings.opens));
+            tracer.stop();
             // strace is far slower: fewer opens, same per-open figure.
-            runs[3].push(once(
+            runs[4].push(once(
                 &["strace", "-f", "-e", "trace=openat", "-o", "/dev/null"],
                 settings.opens / 20,
             ));
         }
         let configs = names.into_iter().zip(runs);
-        let in_kernel = in_kernel_cost(scene, &|| once(&[], settings.opens), settings.opens);
+        let in_kernel = in_kernel_cost(scene, &[], &|| once(&[], settings.opens), settings.opens);
+        let in_kernel_hook_only = in_kernel_cost(
+            scene,
+            &["--device-hook-only"],
+            &|| once(&[], settings.opens),
+            settings.opens,
+        );
         let (base, base_lo, base_hi) = median_and_spread(baseline);
         let mut entries = vec![
             json!({ "config": "baseline (nothing attached)", "ns_per_open": base, "min": base_lo, "max": base_hi, "ratio": 1.0 }),
@@ -341,7 +351,8 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             entries.push(json!({ "config": config, "ns_per_open": median, "min": lo, "max": hi, "ratio": median / base }));
         }
         rows.push(
-            json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel }),
+            json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel,
+                    "in_kernel_ns_per_open_device_hook_only": in_kernel_hook_only }),
         );
     }
     let _ = fs::remove_file(&out_file);
@@ -351,10 +362,10 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
 /// The time gpu-trace's own programs spend per open, from the kernel's BPF
 /// run-time statistics: a figure the machine's noise barely touches (it
 /// leaves out the cost of the tracepoint machinery around the programs).
-fn in_kernel_cost(scene: &Scene, run: &dyn Fn() -> f64, opens: u64) -> Value {
+fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u64) -> Value {
     let _stats =
         aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("enable BPF run-time statistics");
-    let tracer = watch(scene, &[], Stdio::null());
+    let tracer = watch(scene, extra, Stdio::null());
     let before = program_times();
     run();
     let after = program_times();
@@ -574,16 +585,17 @@ fn print_tables(results: &Value) {
     let _ = writeln!(out, "\nOpen overhead (median ns per open()+close(), [min-max], ratio to the baseline of this run):");
     for row in results["open_overhead"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", row["target"].as_str().unwrap_or(""));
-        let kernel = &row["in_kernel_ns_per_open"];
+        let in_kernel = |key: &str| row[key]["total"].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             out,
-            "    gpu-trace's programs in the kernel: {:.0} ns per open (BPF run-time stats)",
-            kernel["total"].as_f64().unwrap_or(0.0)
+            "    gpu-trace's programs in the kernel: {:.0} ns per open, {:.0} with --device-hook-only (BPF run-time stats)",
+            in_kernel("in_kernel_ns_per_open"),
+            in_kernel("in_kernel_ns_per_open_device_hook_only"),
         );
         for c in row["configs"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 out,
-                "    {:<40} {:>9.0} ns  [{:.0}-{:.0}]  x{:.3}",
+                "    {:<48} {:>9.0} ns  [{:.0}-{:.0}]  x{:.3}",
                 c["config"].as_str().unwrap_or(""),
                 c["ns_per_open"].as_f64().unwrap_or(0.0),
                 c["min"].as_f64().unwrap_or(0.0),

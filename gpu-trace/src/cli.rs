@@ -200,4 +200,11 @@ pub struct TracerArgs {
     /// cgroup v1 included), else the cgroup_device observer.
     #[arg(long, value_enum, default_value_t = HookChoice::Auto)]
     pub hook: HookChoice,
+    /// Attach the device hook alone, not the open-syscall tracepoints: other
+    /// syscalls on the host then cost nothing extra, and denials still come
+    /// with their path. Unseen: the open's result, so missing nodes (ENOENT)
+    /// and absent drivers (ENXIO); with the observer, cgroup v1 denials too.
+    /// Needs fexit or kernel 6.1+.
+    #[arg(long)]
+    pub device_hook_only: bool,
 }

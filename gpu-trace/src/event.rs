@@ -4,7 +4,8 @@ use std::time::{Duration, SystemTime};
 
 use gpu_trace_common::{
     DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN,
-    FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_CREAT, SYSCALL_MKNOD,
+    SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -106,19 +107,21 @@ impl VerdictSource {
     }
 }
 
-/// The result of the open call that carried the access.
+/// The call that carried the access: an open, or (seen through the saved
+/// registers) a mknod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenCall {
     pub syscall: &'static str,
     pub path: Vec<u8>,
     pub path_truncated: bool,
-    /// File descriptor, or negative errno.
-    pub ret: i32,
+    /// File descriptor, or negative errno; None when the call's exit was not
+    /// traced (an access outside a traced open, --device-hook-only).
+    pub ret: Option<i32>,
 }
 
 impl OpenCall {
     pub fn errno(&self) -> Option<i32> {
-        (self.ret < 0).then_some(-self.ret)
+        self.ret.filter(|&ret| ret < 0).map(|ret| -ret)
     }
 }
 
@@ -151,19 +154,23 @@ const EPERM: i32 = libc::EPERM;
 
 impl DeviceAccess {
     pub fn decode(raw: &DeviceAccessEvent, verdict_from: VerdictSource) -> Self {
-        let open = (raw.flags & FLAG_HAS_SYSCALL != 0).then(|| OpenCall {
+        let traced = raw.flags & FLAG_HAS_SYSCALL != 0;
+        let open = (traced || raw.flags & FLAG_PATH_FROM_REGS != 0).then(|| OpenCall {
             syscall: match raw.syscall {
                 SYSCALL_OPENAT => "openat",
                 SYSCALL_OPENAT2 => "openat2",
                 SYSCALL_OPEN => "open",
+                SYSCALL_CREAT => "creat",
+                SYSCALL_MKNOD => "mknod",
+                SYSCALL_MKNODAT => "mknodat",
                 _ => "unknown",
             },
             path: until_nul(&raw.path).to_vec(),
             path_truncated: raw.flags & FLAG_PATH_TRUNCATED != 0,
-            ret: raw.syscall_ret,
+            ret: traced.then_some(raw.syscall_ret),
         });
         let device_seen = raw.flags & FLAG_DEVICE_SEEN != 0;
-        let eperm = open.as_ref().is_some_and(|o| o.ret == -EPERM);
+        let eperm = open.as_ref().is_some_and(|o| o.ret == Some(-EPERM));
         let by_bpf = verdict_from == VerdictSource::BpfRetval;
         let verdict = if !device_seen {
             Verdict::FailedBeforeDeviceCheck

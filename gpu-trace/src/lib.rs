@@ -21,6 +21,7 @@ pub mod event;
 pub mod filter;
 pub mod fold;
 pub mod identity;
+pub mod kernel_btf;
 pub mod metrics;
 pub mod output;
 pub mod pipeline;

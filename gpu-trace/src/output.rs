@@ -98,9 +98,10 @@ pub fn human_line(record: &Record) -> String {
     let (path, result) = match &a.open {
         Some(open) => (
             printable(&open.path),
-            match open.errno() {
-                Some(errno) => errno_name(errno),
-                None => "ok".to_string(),
+            match (open.ret, open.errno()) {
+                (None, _) => "(result not traced)".to_string(),
+                (_, Some(errno)) => errno_name(errno),
+                (_, None) => "ok".to_string(),
             },
         ),
         None => ("(not an open call)".to_string(), "-".to_string()),
@@ -289,7 +290,7 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             path,
             path_hex,
             path_truncated: a.open.as_ref().is_some_and(|o| o.path_truncated),
-            ret: a.open.as_ref().map(|o| o.ret),
+            ret: a.open.as_ref().and_then(|o| o.ret),
             errno: a.open.as_ref().and_then(|o| o.errno()).map(errno_name),
             denied_by: record.denied_by.as_deref(),
             cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
@@ -326,7 +327,7 @@ mod tests {
                     syscall: "openat",
                     path: path.to_vec(),
                     path_truncated: false,
-                    ret: -libc::EPERM,
+                    ret: Some(-libc::EPERM),
                 }),
             },
             time: SystemTime::UNIX_EPOCH,

@@ -29,7 +29,7 @@ impl ProblemKey {
             path: a.open.as_ref().map(|o| o.path.clone()),
             device: (a.device_seen, a.major, a.minor),
             access: a.access,
-            ret: a.open.as_ref().map(|o| o.ret),
+            ret: a.open.as_ref().and_then(|o| o.ret),
             cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
         }
     }

@@ -52,6 +52,11 @@ pub struct TracerConfig {
     pub follow_process_tree: bool,
     /// Which device hook to use.
     pub hook: HookChoice,
+    /// Leave the open-syscall tracepoints out: the device hook reports each
+    /// access itself. Every other syscall on the host then pays nothing (an
+    /// enabled syscall tracepoint sends every task down the slow syscall
+    /// path), but what only the open's result shows goes unseen.
+    pub device_hook_only: bool,
 }
 
 /// One open-family syscall: its tracepoints and the programs for them.
@@ -129,12 +134,31 @@ impl Tracer {
         } else {
             0
         };
-        let mut ebpf = load_object(config, child_pid_offset, false)?;
+        let mut notes: Vec<String> = tracefs_note.into_iter().collect();
+        let settings = LoadSettings {
+            child_pid_offset,
+            task_stack_offset: task_stack_offset(&mut notes),
+            verdict_from_errno: false,
+        };
+        let mut ebpf = load_object(config, &settings)?;
         let mut refused = Vec::new();
         let device_hook = match DeviceHook::load(&mut ebpf, config.hook, &mut refused)? {
             Loaded::Hook(hook) => hook,
+            Loaded::NeedsErrnoObserver if config.device_hook_only => {
+                return Err(Unsupported::HookRefused {
+                    hook: "device hook alone (--device-hook-only)".into(),
+                    reason: "it needs a hook that reads the verdict itself (fexit, or the observer on 6.1+); \
+                             on this kernel the verdict comes from the open's errno, which needs the open tracepoints"
+                        .into(),
+                }
+                .into());
+            }
             Loaded::NeedsErrnoObserver => {
-                ebpf = load_object(config, child_pid_offset, true)?;
+                let settings = LoadSettings {
+                    verdict_from_errno: true,
+                    ..settings
+                };
+                ebpf = load_object(config, &settings)?;
                 DeviceHook::load_errno_observer(&mut ebpf, &refused)?
             }
         };
@@ -180,6 +204,14 @@ impl Tracer {
             None
         };
         for syscall in &OPEN_SYSCALLS {
+            if config.device_hook_only {
+                hooks.push(Hook {
+                    name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
+                    refused: Some("left out (--device-hook-only): paths come from the device hook, results are not traced".into()),
+                    stood_in_for: true,
+                });
+                continue;
+            }
             let refused = match attach_open_syscall(&mut ebpf, syscall) {
                 Ok(links) => {
                     tracepoint_links.extend(links);
@@ -213,7 +245,7 @@ impl Tracer {
             lost_events,
             hooks,
             verdict_source: device_hook.verdict_source(),
-            notes: tracefs_note.into_iter().collect(),
+            notes,
             tracepoint_links,
         })
     }
@@ -299,13 +331,31 @@ impl Tracer {
     }
 }
 
+/// What the kernel side needs to know besides the config.
+#[derive(Clone, Copy)]
+struct LoadSettings {
+    child_pid_offset: u32,
+    task_stack_offset: u32,
+    verdict_from_errno: bool,
+}
+
+/// Where `task_struct.stack` is, for reading a syscall's path from its saved
+/// registers (x86_64 only); 0, with a note, when unknown.
+fn task_stack_offset(notes: &mut Vec<String>) -> u32 {
+    if !cfg!(target_arch = "x86_64") {
+        return 0;
+    }
+    crate::kernel_btf::member_offset("task_struct", "stack").unwrap_or_else(|e| {
+        notes.push(format!(
+            "{e:#}: device accesses outside traced open calls are reported without their path"
+        ));
+        0
+    })
+}
+
 /// Parses the object and creates its maps, with the settings baked in as
 /// read-only globals; programs are loaded one by one afterwards.
-fn load_object(
-    config: &TracerConfig,
-    child_pid_offset: u32,
-    verdict_from_errno: bool,
-) -> anyhow::Result<Ebpf> {
+fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result<Ebpf> {
     EbpfLoader::new()
         .override_global(
             global::WATCH_ALL_DEVICES,
@@ -322,10 +372,15 @@ fn load_object(
             &u8::from(config.follow_process_tree),
             true,
         )
-        .override_global(global::FORK_CHILD_PID_OFFSET, &child_pid_offset, true)
+        .override_global(
+            global::FORK_CHILD_PID_OFFSET,
+            &settings.child_pid_offset,
+            true,
+        )
+        .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(
             global::VERDICT_FROM_ERRNO,
-            &u8::from(verdict_from_errno),
+            &u8::from(settings.verdict_from_errno),
             true,
         )
         .load(TRACER_OBJECT)

@@ -101,6 +101,7 @@ pub fn tracer_config(
         report_allowed,
         follow_process_tree: false,
         hook: tracer.hook,
+        device_hook_only: tracer.device_hook_only,
     }
 }
 

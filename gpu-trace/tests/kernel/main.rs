@@ -8,6 +8,7 @@
 
 mod audit;
 mod common;
+mod device_hook_only;
 mod hooks;
 mod lxc;
 mod policy;

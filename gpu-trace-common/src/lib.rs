@@ -22,6 +22,8 @@ pub mod program {
     pub const EXIT_OPEN: &str = "exit_open";
     pub const FOLLOW_FORK: &str = "follow_fork";
     pub const FOLLOW_EXIT: &str = "follow_exit";
+    /// On cgroup:cgroup_mkdir: remembers each new cgroup2 directory's path.
+    pub const NOTE_CGROUP_MKDIR: &str = "note_cgroup_mkdir";
 }
 
 /// Map names, shared for the same reason.
@@ -34,6 +36,18 @@ pub mod map {
     pub const FOLLOWED: &str = "FOLLOWED";
     /// The errno observer's last sighting, by cgroup id.
     pub const LAST_DEVICE_CHECK: &str = "LAST_DEVICE_CHECK";
+    /// Paths of the cgroup2 directories made since start, by cgroup id.
+    pub const CGROUP_PATHS: &str = "CGROUP_PATHS";
+}
+
+/// Where the cgroup:cgroup_mkdir record keeps its fields (the same on every
+/// kernel since the id became 64 bits in 5.5; userspace checks the format
+/// file before attaching).
+pub mod cgroup_mkdir {
+    pub const ROOT: usize = 8;
+    pub const ID: usize = 16;
+    /// `__data_loc char[]`: offset (low 16 bits) and length of the string.
+    pub const PATH: usize = 24;
 }
 
 /// Read-only globals set by userspace before the tracer is loaded.
@@ -63,6 +77,8 @@ pub const FOLLOWED_CAPACITY: u32 = 16384;
 /// indexed by major, which the verifier turns into a plain load (a hash
 /// lookup cost every device open ~25 ns more).
 pub const MAJOR_LIMIT: u32 = 1 << 12;
+/// Capacity of the table of cgroups made since start (LRU).
+pub const CGROUP_PATHS_CAPACITY: u32 = 4096;
 /// Capacity of the errno observer's table of sightings (one per cgroup).
 pub const LAST_DEVICE_CHECK_CAPACITY: u32 = 4096;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
@@ -229,6 +245,13 @@ pub struct LastDeviceCheck {
 
 const _: () = assert!(core::mem::size_of::<LastDeviceCheck>() == 32);
 
+/// A cgroup's path relative to the cgroup2 mount, NUL-terminated.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CgroupPath {
+    pub path: [u8; PATH_LEN],
+}
+
 /// `OpenInFlight::seen` bits.
 pub const SEEN_DEVICE: u16 = 1;
 pub const SEEN_WATCHED: u16 = 2;
@@ -237,4 +260,6 @@ pub const SEEN_WATCHED: u16 = 2;
 mod user {
     // SAFETY: plain-old-data, every bit pattern is valid.
     unsafe impl aya::Pod for super::DeviceAccessEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CgroupPath {}
 }

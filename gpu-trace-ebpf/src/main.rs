@@ -11,6 +11,7 @@
 #![no_std]
 #![no_main]
 
+mod cgroup_names;
 mod device_check;
 mod fexit;
 mod maps;

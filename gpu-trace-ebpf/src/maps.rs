@@ -6,8 +6,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use gpu_trace_common::{
-    LastDeviceCheck, OpenInFlight, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY,
-    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, MAJOR_LIMIT,
+    CgroupPath, LastDeviceCheck, OpenInFlight, CGROUP_PATHS_CAPACITY, DEV_TYPE_CHAR,
+    EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY,
+    MAJOR_LIMIT,
 };
 
 /// Finished events for userspace.
@@ -38,6 +39,12 @@ pub static FOLLOWED: HashMap<u32, u8> = HashMap::with_max_entries(FOLLOWED_CAPAC
 #[map]
 pub static LAST_DEVICE_CHECK: LruHashMap<u64, LastDeviceCheck> =
     LruHashMap::with_max_entries(LAST_DEVICE_CHECK_CAPACITY, 0);
+
+/// Paths of cgroup2 directories made since start, by cgroup id (see
+/// cgroup_names). LRU: cgroups come and go.
+#[map]
+pub static CGROUP_PATHS: LruHashMap<u64, CgroupPath> =
+    LruHashMap::with_max_entries(CGROUP_PATHS_CAPACITY, 0);
 
 // Read-only globals: userspace sets them before load (see gpu_trace_common::global).
 #[unsafe(no_mangle)]

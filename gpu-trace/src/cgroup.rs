@@ -18,6 +18,8 @@ use std::{
 use anyhow::Context;
 use rustc_hash::FxHashMap;
 
+use crate::tracer::CgroupsMade;
+
 /// Finds the cgroup2 mount point in the text of /proc/self/mountinfo:
 /// /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
 pub fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
@@ -119,6 +121,9 @@ pub struct CgroupPaths {
     mount: PathBuf,
     by_id: FxHashMap<u64, PathBuf>,
     last_scan: Option<Instant>,
+    /// The kernel's note of each cgroup made since start: names a cgroup
+    /// already removed, and one made since the last walk, without a walk.
+    made: Option<CgroupsMade>,
 }
 
 const MIN_RESCAN_INTERVAL: Duration = Duration::from_millis(50);
@@ -129,7 +134,14 @@ impl CgroupPaths {
             mount: mount.into(),
             by_id: FxHashMap::default(),
             last_scan: None,
+            made: None,
         }
+    }
+
+    /// Consults the tracer's record of new cgroups on a miss.
+    pub fn with_cgroups_made(mut self, made: Option<CgroupsMade>) -> Self {
+        self.made = made;
+        self
     }
 
     pub fn mount(&self) -> &Path {
@@ -139,6 +151,11 @@ impl CgroupPaths {
     /// The path of cgroup `id`, relative to the mount and starting with '/'.
     pub fn resolve(&mut self, id: u64) -> Option<&Path> {
         // A hit costs one lookup; the clock is read only on a miss.
+        if !self.by_id.contains_key(&id) {
+            if let Some(path) = self.made.as_ref().and_then(|made| made.path(id)) {
+                self.by_id.insert(id, path);
+            }
+        }
         if !self.by_id.contains_key(&id)
             && self
                 .last_scan

@@ -4,7 +4,10 @@
 //! the kernel detaches everything when the process ends, even on SIGKILL.
 
 use std::{
-    os::fd::{AsRawFd, RawFd},
+    os::{
+        fd::{AsRawFd, RawFd},
+        unix::ffi::OsStrExt,
+    },
     path::Path,
 };
 
@@ -14,7 +17,7 @@ use aya::{
     programs::{trace_point::TracePointLink, TracePoint},
     Ebpf, EbpfLoader,
 };
-use gpu_trace_common::{global, map, program, DeviceAccessEvent};
+use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent};
 
 use crate::{
     device_hook::{program_mut, DeviceHook, HookChoice, Loaded},
@@ -101,6 +104,8 @@ pub struct Tracer {
     events: RingBuf<MapData>,
     watched_majors: WatchedMajors,
     followed: Option<HashMap<MapData, u32, u8>>,
+    /// Paths of the cgroups made since start, for CgroupPaths to take.
+    cgroup_paths: Option<HashMap<MapData, u64, CgroupPath>>,
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
@@ -179,6 +184,18 @@ impl Tracer {
         watched_majors.add(&config.majors)?;
 
         let mut tracepoint_links = Vec::new();
+        let cgroup_paths = match note_new_cgroups(&mut ebpf) {
+            Ok(link) => {
+                tracepoint_links.push(link);
+                Some(HashMap::try_from(take_map(&mut ebpf, map::CGROUP_PATHS)?)?)
+            }
+            Err(e) => {
+                notes.push(format!(
+                    "{e:#}: a cgroup removed before its events are read is shown by id only"
+                ));
+                None
+            }
+        };
         let followed = if config.follow_process_tree {
             // Required in this mode: without them descendants would go unseen.
             for (program, event) in [
@@ -242,12 +259,19 @@ impl Tracer {
             events,
             watched_majors,
             followed,
+            cgroup_paths,
             lost_events,
             hooks,
             verdict_source: device_hook.verdict_source(),
             notes,
             tracepoint_links,
         })
+    }
+
+    /// The kernel's record of cgroups made since start (None if the
+    /// tracepoint was refused, or already taken).
+    pub fn take_cgroup_paths(&mut self) -> Option<CgroupsMade> {
+        self.cgroup_paths.take().map(CgroupsMade)
     }
 
     pub fn hooks(&self) -> &[Hook] {
@@ -439,6 +463,36 @@ fn attach_open_syscall(
         &format!("sys_enter_{}", syscall.name),
     )?;
     Ok(vec![exit, enter])
+}
+
+/// Attaches the program that remembers each new cgroup2 directory, once
+/// the record layout it reads is confirmed.
+fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
+    for (field, expected) in [
+        ("root", cgroup_mkdir::ROOT),
+        ("id", cgroup_mkdir::ID),
+        ("path", cgroup_mkdir::PATH),
+    ] {
+        let found = crate::tracefs::field_offset("cgroup", "cgroup_mkdir", field)?;
+        anyhow::ensure!(
+            found as usize == expected,
+            "cgroup:cgroup_mkdir has {field} at offset {found}, not {expected}"
+        );
+    }
+    attach_tracepoint(ebpf, program::NOTE_CGROUP_MKDIR, "cgroup", "cgroup_mkdir")
+}
+
+/// Paths of the cgroup2 directories made since the tracer started, by id.
+pub struct CgroupsMade(HashMap<MapData, u64, CgroupPath>);
+
+impl CgroupsMade {
+    /// Relative to the cgroup2 mount, starting with '/'.
+    pub fn path(&self, id: u64) -> Option<std::path::PathBuf> {
+        let entry = self.0.get(&id, 0).ok()?;
+        let end = entry.path.iter().position(|&b| b == 0)?;
+        let path = std::ffi::OsStr::from_bytes(&entry.path[..end]);
+        Some(std::path::PathBuf::from(path))
+    }
 }
 
 /// Loads `program` and attaches it to `category:event`; the link is ours to own.

@@ -60,7 +60,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             hook.refused.as_deref().unwrap_or("")
         );
     }
-    let mut pipeline = Pipeline::new(cgroups, majors);
+    let mut pipeline = Pipeline::new(
+        cgroups.with_cgroups_made(tracer.take_cgroup_paths()),
+        majors,
+    );
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -104,7 +104,9 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
         child.pid
     );
 
-    let mut pipeline = Pipeline::new(CgroupPaths::new(&host.cgroup2_mount), majors.clone());
+    let cgroups =
+        CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
+    let mut pipeline = Pipeline::new(cgroups, majors.clone());
     let records = collect_child_events(&mut tracer, &mut pipeline, child.pid, 2);
     println!();
     println!("  what the tracer reported:");

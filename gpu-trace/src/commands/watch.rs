@@ -49,7 +49,9 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         None => Sink::stdout(),
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    let mut pipeline = Pipeline::new(CgroupPaths::new(&host.cgroup2_mount), majors);
+    let cgroups =
+        CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
+    let mut pipeline = Pipeline::new(cgroups, majors);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -257,7 +257,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
         event["path"], "/dev/nvidia-uvm",
         "the path as the container saw it"
     );
-    assert_eq!(event["container"]["runtime"], "lxc");
+    assert_eq!(event["container"]["runtime"], "lxc", "{event:#}");
     assert_eq!(event["container"]["id"], container.name.as_str());
     assert_eq!(
         event["verdict_source"], "cgroup-bpf",

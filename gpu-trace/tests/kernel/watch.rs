@@ -392,3 +392,41 @@ fn selftest_passes() {
     assert!(stdout.lines().any(|l| l.starts_with("PASS:")), "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
 }
+
+#[test]
+fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
+    let Some(host) = kernel_test("a_cgroup_removed_before_its_denial_is_read") else {
+        return;
+    };
+    let watcher = Watcher::start(&["--format", "json", "--major", &uvm_standin().to_string()]);
+    // Frozen, the watcher reads nothing until the cgroup is gone: the way a
+    // failed launch's container vanishes before a busy watcher gets to it.
+    let watcher_pid = Pid::from_raw(watcher.child.id() as i32);
+    kill(watcher_pid, Signal::SIGSTOP).expect("stop the watcher");
+    let incident = Incident::new(&host, "short-lived");
+    let relative = incident.cgroup.relative_path().to_owned();
+    let absolute = host
+        .cgroup2_mount
+        .join(relative.strip_prefix("/").expect("absolute"));
+    let child = run_probe(
+        Path::new(gpu_trace()),
+        &[&incident.cgroup],
+        &[incident.open_rw("nvidia-uvm")],
+    )
+    .expect("run probe in scratch cgroup");
+    assert_eq!(child.results, [libc::EPERM]);
+    drop(incident);
+    assert!(!absolute.exists(), "{} removed", absolute.display());
+    kill(watcher_pid, Signal::SIGCONT).expect("resume the watcher");
+
+    let events = watcher.wait_for_events(child.pid, 1);
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(
+        events[0]["cgroup"],
+        relative.to_str().expect("utf-8"),
+        "{:#}",
+        events[0]
+    );
+}

@@ -1,0 +1,48 @@
+//! Every cgroup2 directory made while gpu-trace runs, by id: a container's
+//! cgroup is often gone by the time userspace reads its denial (a failed
+//! CUDA launch exits at once, and the runtime removes the cgroup), and then
+//! no walk of the tree can name it. cgroup:cgroup_mkdir is not a syscall
+//! tracepoint, so it costs nothing on other paths.
+
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel_str_bytes, macros::tracepoint, programs::TracePointContext,
+    EbpfContext,
+};
+use gpu_trace_common::{cgroup_mkdir, CgroupPath, PATH_LEN};
+
+use crate::maps::CGROUP_PATHS;
+
+/// The hierarchy id of cgroup2 (the default hierarchy).
+const CGROUP2_ROOT: i32 = 0;
+static EMPTY: CgroupPath = CgroupPath {
+    path: [0; PATH_LEN],
+};
+
+#[tracepoint]
+pub fn note_cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    let record = ctx.as_ptr().cast::<u8>();
+    // SAFETY: offsets checked by userspace against the format file.
+    let (root, id, path_loc) = unsafe {
+        (
+            record.add(cgroup_mkdir::ROOT).cast::<i32>().read(),
+            record.add(cgroup_mkdir::ID).cast::<u64>().read_unaligned(),
+            record.add(cgroup_mkdir::PATH).cast::<u32>().read(),
+        )
+    };
+    if root != CGROUP2_ROOT {
+        return 0;
+    }
+    // Written in place: the path does not fit on the BPF stack comfortably.
+    // A full table evicts the least recently used id (LRU).
+    if CGROUP_PATHS.insert(&id, &EMPTY, 0).is_err() {
+        return 0;
+    }
+    let Some(slot) = CGROUP_PATHS.get_ptr_mut(&id) else {
+        return 0;
+    };
+    // __data_loc: the string's offset in the record (low 16 bits).
+    let path = record.wrapping_add((path_loc & 0xffff) as usize);
+    // SAFETY: kernel memory read with the fault-tolerant helper into our own slot.
+    let _ = unsafe { bpf_probe_read_kernel_str_bytes(path, &mut (*slot).path) };
+    0
+}

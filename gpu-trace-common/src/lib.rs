@@ -67,6 +67,9 @@ pub mod global {
     /// Offset of `stack` in `struct task_struct`, from the kernel's BTF; 0
     /// leaves accesses outside traced open calls without their path.
     pub const TASK_STACK_OFFSET: &str = "TASK_STACK_OFFSET";
+    /// Non-zero: the open tracepoints are attached, so the device hook looks
+    /// for the call in flight; zero with --device-hook-only.
+    pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
 }
 
 /// Capacity of the per-thread table of open calls in flight.

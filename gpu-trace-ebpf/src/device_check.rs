@@ -11,7 +11,10 @@ use gpu_trace_common::{
 };
 
 use crate::{
-    maps::{count_lost_event, current_is_followed, is_watched, report_allowed, EVENTS, IN_FLIGHT},
+    maps::{
+        count_lost_event, current_is_followed, is_watched, open_calls_traced, report_allowed,
+        EVENTS, IN_FLIGHT,
+    },
     syscall_regs::current_path,
 };
 
@@ -29,8 +32,21 @@ pub struct DeviceCheck {
 
 #[inline(always)]
 pub fn record(check: &DeviceCheck) {
-    let tid = bpf_get_current_pid_tgid() as u32;
+    // With --device-hook-only no call is ever in flight: skip the lookup
+    // (a constant for the verifier), which every device open would pay.
+    if open_calls_traced() && handed_to_open_call(check) {
+        return;
+    }
+    if !is_watched(check.dev_type, check.major) || !current_is_followed() {
+        return;
+    }
+    report_now(check);
+}
 
+/// Inside a traced open call: leaves the details for its exit; false outside one.
+#[inline(always)]
+fn handed_to_open_call(check: &DeviceCheck) -> bool {
+    let tid = bpf_get_current_pid_tgid() as u32;
     // Inside a traced open call (of a followed process): leave the details
     // for its exit, which knows the path and the errno. Unwatched devices are
     // recorded too: a failed open of a /dev/nvidia* node with a stale major
@@ -58,12 +74,13 @@ pub fn record(check: &DeviceCheck) {
             call.uid = bpf_get_current_uid_gid() as u32;
             call.seen |= SEEN_WATCHED;
         }
-        return;
+        return true;
     }
+    false
+}
 
-    if !is_watched(check.dev_type, check.major) || !current_is_followed() {
-        return;
-    }
+#[inline(always)]
+fn report_now(check: &DeviceCheck) {
     // Outside a traced open (mknod, io_uring, or every access with
     // --device-hook-only): report it now.
     if check.verdict == 0 && !report_allowed() {

@@ -59,6 +59,8 @@ static FORK_CHILD_PID_OFFSET: u32 = 0;
 static VERDICT_FROM_ERRNO: u8 = 0;
 #[unsafe(no_mangle)]
 static TASK_STACK_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static OPEN_CALLS_TRACED: u8 = 1;
 
 pub fn watch_all_devices() -> bool {
     // SAFETY: a plain read of a global the loader patched; volatile keeps the
@@ -84,6 +86,11 @@ pub fn fork_child_pid_offset() -> usize {
 pub fn verdict_from_errno() -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&VERDICT_FROM_ERRNO) != 0 }
+}
+
+pub fn open_calls_traced() -> bool {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&OPEN_CALLS_TRACED) != 0 }
 }
 
 pub fn task_stack_offset() -> u64 {

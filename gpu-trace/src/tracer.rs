@@ -403,6 +403,11 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(
+            global::OPEN_CALLS_TRACED,
+            &u8::from(!config.device_hook_only),
+            true,
+        )
+        .override_global(
             global::VERDICT_FROM_ERRNO,
             &u8::from(settings.verdict_from_errno),
             true,

@@ -10,6 +10,7 @@
 use std::{
     fs,
     io::{BufRead, BufReader, Write},
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     thread,
@@ -86,15 +87,15 @@ fn main() {
     );
     let settings = if quick {
         Settings {
-            runs: 3,
-            opens: 50_000,
+            runs: 5,
+            opens: 30_000,
             seconds: 1,
             startups: 5,
         }
     } else {
         Settings {
-            runs: 7,
-            opens: 200_000,
+            runs: 11,
+            opens: 100_000,
             seconds: 3,
             startups: 15,
         }
@@ -214,6 +215,20 @@ fn run_loop(
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let _procs = cgroup.map(|c| place_child_in(&mut command, &[c]).expect("join cgroup"));
+    // Always the first CPU: this machine's CPUs differ in speed from moment
+    // to moment, and a baseline on one against a run on the other measured
+    // that instead of the tracer. The tracers' readers get the other CPU.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let mut cpus: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut cpus);
+            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &cpus) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
     let output = command.output().expect("run the open loop");
     let text = String::from_utf8_lossy(&output.stdout);
     text.split_whitespace()
@@ -300,41 +315,71 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
     let mut rows = Vec::new();
     for (name, target, cgroup) in targets {
         eprintln!("bench: open overhead, {name}");
-        // Rounds, each a baseline run then one run under every tracer: drift on
-        // a noisy machine then hits all configurations alike.
-        let names = [
-            "gpu-trace watch > /dev/null",
-            "gpu-trace watch --format json > file",
-            "gpu-trace watch --device-hook-only > /dev/null",
-            "bpftrace opensnoop-like",
-            "strace -f -e trace=openat",
-        ];
-        let mut baseline = Vec::new();
-        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
         let once =
             |wrapper: &[&str], opens: u64| run_loop(wrapper, open_loop, target, opens, cgroup);
+        // Each configuration: start what it needs, time the loop, stop it.
+        type Config<'a> = (&'a str, Box<dyn Fn() -> f64 + 'a>);
+        let under_watch = |extra: &'static [&'static str], to_file: bool| {
+            let out_file = &out_file;
+            move || {
+                let stdout = if to_file {
+                    Stdio::from(fs::File::create(out_file).expect("output file"))
+                } else {
+                    Stdio::null()
+                };
+                let tracer = watch(scene, extra, stdout);
+                let ns = once(&[], settings.opens);
+                tracer.stop();
+                ns
+            }
+        };
+        let configs: Vec<Config> = vec![
+            (
+                "gpu-trace watch > /dev/null",
+                Box::new(under_watch(&[], false)),
+            ),
+            (
+                "gpu-trace watch --format json > file",
+                Box::new(under_watch(&["--format", "json"], true)),
+            ),
+            (
+                "gpu-trace watch --device-hook-only > /dev/null",
+                Box::new(under_watch(&["--device-hook-only"], false)),
+            ),
+            (
+                "bpftrace opensnoop-like",
+                Box::new(|| {
+                    let tracer = bpftrace();
+                    let ns = once(&[], settings.opens);
+                    tracer.stop();
+                    ns
+                }),
+            ),
+            (
+                "strace -f -e trace=openat",
+                // strace is far slower: fewer opens, same per-open figure.
+                Box::new(|| {
+                    once(
+                        &["strace", "-f", "-e", "trace=openat", "-o", "/dev/null"],
+                        settings.opens / 20,
+                    )
+                }),
+            ),
+        ];
+        // Pairs: a baseline slice right before each configuration's, both
+        // on the same CPU (see run_loop). This machine's speed drifts by tens
+        // of percent between seconds, and between its CPUs; a ratio within a
+        // pair cancels most of that, where one baseline per round did not.
+        let mut baseline = Vec::new();
+        let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); configs.len()];
         for _ in 0..settings.runs {
-            baseline.push(once(&[], settings.opens));
-            let tracer = watch(scene, &[], Stdio::null());
-            runs[0].push(once(&[], settings.opens));
-            tracer.stop();
-            let file = fs::File::create(&out_file).expect("output file");
-            let tracer = watch(scene, &["--format", "json"], Stdio::from(file));
-            runs[1].push(once(&[], settings.opens));
-            tracer.stop();
-            let tracer = watch(scene, &["--device-hook-only"], Stdio::null());
-            runs[2].push(once(&[], settings.opens));
-            tracer.stop();
-            let tracer = bpftrace();
-            runs[3].push(once(&[], settings.opens));
-            tracer.stop();
-            // strace is far slower: fewer opens, same per-open figure.
-            runs[4].push(once(
-                &["strace", "-f", "-e", "trace=openat", "-o", "/dev/null"],
-                settings.opens / 20,
-            ));
+            for (index, (_, measure)) in configs.iter().enumerate() {
+                let base = once(&[], settings.opens);
+                let ns = measure();
+                baseline.push(base);
+                runs[index].push((ns, ns / base));
+            }
         }
-        let configs = names.into_iter().zip(runs);
         let in_kernel = in_kernel_cost(scene, &[], &|| once(&[], settings.opens), settings.opens);
         let in_kernel_hook_only = in_kernel_cost(
             scene,
@@ -346,9 +391,14 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         let mut entries = vec![
             json!({ "config": "baseline (nothing attached)", "ns_per_open": base, "min": base_lo, "max": base_hi, "ratio": 1.0 }),
         ];
-        for (config, values) in configs {
-            let (median, lo, hi) = median_and_spread(values);
-            entries.push(json!({ "config": config, "ns_per_open": median, "min": lo, "max": hi, "ratio": median / base }));
+        for ((config, _), values) in configs.iter().zip(runs) {
+            let (ns, ratios): (Vec<f64>, Vec<f64>) = values.into_iter().unzip();
+            let (median, lo, hi) = median_and_spread(ns);
+            let (ratio, ratio_lo, ratio_hi) = median_and_spread(ratios);
+            entries.push(
+                json!({ "config": config, "ns_per_open": median, "min": lo, "max": hi,
+                                 "ratio": ratio, "ratio_min": ratio_lo, "ratio_max": ratio_hi }),
+            );
         }
         rows.push(
             json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel,
@@ -582,7 +632,7 @@ fn print_tables(results: &Value) {
         results["date"].as_str().unwrap_or(""),
         results["machine"].as_str().unwrap_or("")
     );
-    let _ = writeln!(out, "\nOpen overhead (median ns per open()+close(), [min-max], ratio to the baseline of this run):");
+    let _ = writeln!(out, "\nOpen overhead (median ns per open()+close() [min-max]; median ratio to a baseline slice run just before, on the same CPU [min-max]):");
     for row in results["open_overhead"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", row["target"].as_str().unwrap_or(""));
         let in_kernel = |key: &str| row[key]["total"].as_f64().unwrap_or(0.0);
@@ -593,15 +643,19 @@ fn print_tables(results: &Value) {
             in_kernel("in_kernel_ns_per_open_device_hook_only"),
         );
         for c in row["configs"].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                out,
+            let number = |key: &str| c[key].as_f64().unwrap_or(0.0);
+            let mut line = format!(
                 "    {:<48} {:>9.0} ns  [{:.0}-{:.0}]  x{:.3}",
                 c["config"].as_str().unwrap_or(""),
-                c["ns_per_open"].as_f64().unwrap_or(0.0),
-                c["min"].as_f64().unwrap_or(0.0),
-                c["max"].as_f64().unwrap_or(0.0),
-                c["ratio"].as_f64().unwrap_or(0.0)
+                number("ns_per_open"),
+                number("min"),
+                number("max"),
+                number("ratio"),
             );
+            if c.get("ratio_min").is_some() {
+                line += &format!(" [x{:.3}-x{:.3}]", number("ratio_min"), number("ratio_max"));
+            }
+            let _ = writeln!(out, "{line}");
         }
     }
     let t = &results["throughput"];

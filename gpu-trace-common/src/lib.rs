@@ -24,6 +24,23 @@ pub mod program {
     pub const FOLLOW_EXIT: &str = "follow_exit";
     /// On cgroup:cgroup_mkdir: remembers each new cgroup2 directory's path.
     pub const NOTE_CGROUP_MKDIR: &str = "note_cgroup_mkdir";
+
+    pub const DEVICE_HOOKS: [&str; 3] = [CHECK_PERMISSION_EXIT, OBSERVER, OBSERVER_ERRNO];
+    pub const OPEN_CALLS: [&str; 6] = [
+        ENTER_OPENAT,
+        EXIT_OPENAT,
+        ENTER_OPENAT2,
+        EXIT_OPENAT2,
+        ENTER_OPEN,
+        EXIT_OPEN,
+    ];
+    pub const OTHERS: [&str; 3] = [FOLLOW_FORK, FOLLOW_EXIT, NOTE_CGROUP_MKDIR];
+
+    /// A program's name as the kernel keeps it (15 bytes), e.g. in
+    /// `bpf_prog_info`: how tests and the benchmark find ours among the loaded.
+    pub fn as_loaded(name: &str) -> &str {
+        &name[..name.len().min(15)]
+    }
 }
 
 /// Map names, shared for the same reason.

@@ -437,24 +437,16 @@ fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u
 /// Accumulated run time (ns) and run count of gpu-trace's loaded programs, by name.
 fn program_times() -> std::collections::BTreeMap<String, (u64, u64)> {
     use gpu_trace_common::program;
-    let ours = [
-        program::CHECK_PERMISSION_EXIT,
-        program::OBSERVER,
-        program::OBSERVER_ERRNO,
-        program::ENTER_OPENAT,
-        program::EXIT_OPENAT,
-        program::ENTER_OPEN,
-        program::EXIT_OPEN,
-        program::ENTER_OPENAT2,
-        program::EXIT_OPENAT2,
-    ];
+    let ours: Vec<&str> = program::DEVICE_HOOKS
+        .iter()
+        .chain(&program::OPEN_CALLS)
+        .map(|name| program::as_loaded(name))
+        .collect();
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter_map(|info| {
             let name = info.name_as_str()?.to_string();
-            // The kernel keeps 15 bytes of a program's name.
-            ours.iter()
-                .any(|ours| ours[..ours.len().min(15)] == name)
+            ours.contains(&name.as_str())
                 .then(|| (name, (info.run_time().as_nanos() as u64, info.run_count())))
         })
         .collect()

@@ -12,19 +12,14 @@ use crate::common::*;
 
 /// Names of gpu-trace's open-syscall programs that are loaded right now.
 fn loaded_open_programs() -> Vec<String> {
-    let ours = [
-        program::ENTER_OPENAT,
-        program::EXIT_OPENAT,
-        program::ENTER_OPENAT2,
-        program::EXIT_OPENAT2,
-        program::ENTER_OPEN,
-        program::EXIT_OPEN,
-    ];
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter_map(|info| info.name_as_str().map(str::to_string))
-        // The kernel keeps 15 bytes of a program's name.
-        .filter(|name| ours.iter().any(|o| o[..o.len().min(15)] == *name))
+        .filter(|name| {
+            program::OPEN_CALLS
+                .iter()
+                .any(|ours| program::as_loaded(ours) == name)
+        })
         .collect()
 }
 

@@ -292,26 +292,18 @@ fn observer_never_changes_a_verdict() {
 
 /// Ids of loaded programs that carry gpu-trace's program names.
 fn gpu_trace_program_ids() -> HashSet<u32> {
-    let names = [
-        program::CHECK_PERMISSION_EXIT,
-        program::OBSERVER,
-        program::OBSERVER_ERRNO,
-        program::ENTER_OPENAT,
-        program::EXIT_OPENAT,
-        program::ENTER_OPENAT2,
-        program::EXIT_OPENAT2,
-        program::ENTER_OPEN,
-        program::EXIT_OPEN,
-    ];
-    // The kernel keeps 15 bytes of a program's name.
-    let kept = |name: &str| name[..name.len().min(15)].to_string();
-    let names: Vec<String> = names.into_iter().map(kept).collect();
+    let names: Vec<&str> = [
+        &program::DEVICE_HOOKS[..],
+        &program::OPEN_CALLS,
+        &program::OTHERS,
+    ]
+    .concat()
+    .into_iter()
+    .map(program::as_loaded)
+    .collect();
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|info| {
-            info.name_as_str()
-                .is_some_and(|n| names.iter().any(|name| name == n))
-        })
+        .filter(|info| info.name_as_str().is_some_and(|n| names.contains(&n)))
         .map(|info| info.id())
         .collect()
 }

@@ -31,13 +31,37 @@ static TRACER_OBJECT: &[u8] =
 
 /// Events handed over per `drain` call before the caller gets control back.
 pub const DRAIN_BATCH: usize = 4096;
-/// How long a reader woken by the ring buffer waits before draining it. The
-/// kernel wakes the reader (a self-interrupt on the producer's CPU, costly
-/// in a VM) only for a record submitted while the reader was caught up; a
-/// reader that drains at once is caught up again for the next record, so
-/// every denied open paid for a wake-up. Waiting lets a burst pile up behind
-/// one wake-up (at most ~1000 a second) and delays an event by as little.
-pub const WAKEUP_COALESCING: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// When a reader woken by the ring buffer drains it. The kernel wakes the
+/// reader (a self-interrupt on the producer's CPU, costly in a VM) only for
+/// a record submitted while the reader was caught up. A reader that drains
+/// a trickle at once is caught up again for the next record, so every
+/// denied open paid for a wake-up; waiting 1 ms first lets the trickle pile
+/// up behind one wake-up. Under a flood the reader is behind and rarely
+/// woken, and a wait would only give its CPU away to the producers (the
+/// zero-loss rate halved when it always waited).
+#[derive(Debug, Default)]
+pub struct WakeupPacing {
+    last_drain: usize,
+}
+
+impl WakeupPacing {
+    const WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+    /// A drain this small means the reader had caught up: a trickle.
+    const TRICKLE: usize = 64;
+
+    /// Call when woken, before draining.
+    pub async fn before_drain(&self) {
+        if self.last_drain < Self::TRICKLE {
+            tokio::time::sleep(Self::WAIT).await;
+        }
+    }
+
+    /// Call with how many events the drain handed over.
+    pub fn drained(&mut self, count: usize) {
+        self.last_drain = count;
+    }
+}
 /// At most this many events fit in the ring buffer: what a final drain at
 /// shutdown may find, whatever keeps arriving meanwhile.
 pub const RING_CAPACITY_EVENTS: usize =
@@ -252,6 +276,11 @@ impl Tracer {
             stood_in_for: false,
         });
 
+        // Loading read the kernel's BTF (5 MB, twice where fexit was tried)
+        // and parsed the object; malloc keeps what was freed, and a long-running
+        // watch would hold it for good. Hand it back to the kernel.
+        // SAFETY: no arguments beyond the padding to keep; glibc's own lock.
+        unsafe { libc::malloc_trim(0) };
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
         let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
         Ok(Self {

@@ -33,7 +33,7 @@ use crate::{
     preflight::{check_host, Host},
     report::Report,
     target::{cgroup_dir, container_dir},
-    tracer::{Tracer, DRAIN_BATCH, WAKEUP_COALESCING},
+    tracer::{Tracer, WakeupPacing, DRAIN_BATCH},
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -157,28 +157,32 @@ async fn trace_command(
     let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
     let mut report = Report::default();
-    // True when it stopped at the limit (see Tracer::drain).
+    // How many it handed over (`limit`: more may wait; see Tracer::drain).
     let mut stream = |tracer: &mut Tracer, limit: usize| {
         let mut err = io::stderr().lock();
-        let handed = tracer.drain(limit, |access| {
+        tracer.drain(limit, |access| {
             let record = pipeline.process(access);
             if record.access.verdict.is_problem() {
                 let _ = write_record(&mut err, args.format, &record);
                 report.add(&record);
             }
-        });
-        handed == limit
+        })
     };
 
     let mut backlog = false;
+    let mut pacing = WakeupPacing::default();
     let status = loop {
         tokio::select! {
             guard = ready.readable(), if !backlog => {
                 guard?.clear_ready();
-                tokio::time::sleep(WAKEUP_COALESCING).await;
-                backlog = stream(tracer, DRAIN_BATCH);
+                pacing.before_drain().await;
+                let handed = stream(tracer, DRAIN_BATCH);
+                pacing.drained(handed);
+                backlog = handed == DRAIN_BATCH;
             }
-            _ = tokio::task::yield_now(), if backlog => backlog = stream(tracer, DRAIN_BATCH),
+            _ = tokio::task::yield_now(), if backlog => {
+                backlog = stream(tracer, DRAIN_BATCH) == DRAIN_BATCH;
+            }
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),
             _ = sigterm.recv() => forward(child_pid, Signal::SIGTERM, false),

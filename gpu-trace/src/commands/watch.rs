@@ -21,7 +21,7 @@ use crate::{
     pipeline::Pipeline,
     preflight::check_host,
     sink::Sink,
-    tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS, WAKEUP_COALESCING},
+    tracer::{Tracer, TracerConfig, WakeupPacing, DRAIN_BATCH, RING_CAPACITY_EVENTS},
 };
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,
@@ -150,8 +150,8 @@ struct Flow<'a> {
 
 impl Flow<'_> {
     /// Drains up to `limit` events through the pipeline, filter and folder
-    /// into the sink; true when it stopped at the limit (more may wait).
-    fn drain(&mut self, tracer: &mut Tracer, limit: usize) -> anyhow::Result<bool> {
+    /// into the sink; returns how many (`limit`: more may wait).
+    fn drain(&mut self, tracer: &mut Tracer, limit: usize) -> anyhow::Result<usize> {
         let handed = tracer.drain(limit, |access| {
             self.tally.events += 1;
             self.tally.denied += u64::from(access.verdict.is_denied());
@@ -166,7 +166,7 @@ impl Flow<'_> {
             }
         });
         self.flush()?;
-        Ok(handed == limit)
+        Ok(handed)
     }
 
     /// Writes the folded records whose window closed (all of them at the end).
@@ -211,6 +211,7 @@ async fn stream(
     // Set when a drain stopped at its limit: go on draining without waiting
     // for readiness (which is edge-triggered), signals first.
     let mut backlog = false;
+    let mut pacing = WakeupPacing::default();
     loop {
         // Biased: under a flood the drain branches are always ready, so the
         // rare ones (signals, the once-a-second tick) must come first or they
@@ -237,11 +238,13 @@ async fn stream(
             }
             guard = ready.readable(), if !backlog => {
                 guard?.clear_ready();
-                tokio::time::sleep(WAKEUP_COALESCING).await;
-                backlog = flow.drain(tracer, DRAIN_BATCH)?;
+                pacing.before_drain().await;
+                let handed = flow.drain(tracer, DRAIN_BATCH)?;
+                pacing.drained(handed);
+                backlog = handed == DRAIN_BATCH;
             }
             _ = tokio::task::yield_now(), if backlog => {
-                backlog = flow.drain(tracer, DRAIN_BATCH)?;
+                backlog = flow.drain(tracer, DRAIN_BATCH)? == DRAIN_BATCH;
             }
         }
     }

@@ -67,7 +67,17 @@ pub struct Attributor {
     programs: ProgramCache,
     /// By cgroup id.
     policies: FxHashMap<u64, CachedPolicy>,
+    /// v1 verdicts by process and access, with when they were worked out:
+    /// each costs three file reads, and a process retrying a denied open
+    /// would otherwise pay them per event (26k events/s at most).
+    v1_answers: FxHashMap<(u32, DeviceQuery), Dated<Rc<Rendered<DeniedBy>>>>,
 }
+
+/// A cached answer and when it was worked out.
+type Dated<T> = (Instant, T);
+
+/// Bound on `v1_answers`; past it the table starts afresh.
+const V1_ANSWERS_CAPACITY: usize = 4096;
 
 impl Attributor {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
@@ -75,6 +85,7 @@ impl Attributor {
             mount: mount.into(),
             programs: ProgramCache::default(),
             policies: FxHashMap::default(),
+            v1_answers: FxHashMap::default(),
         }
     }
 
@@ -113,8 +124,22 @@ impl Attributor {
         record.denied_by = Some(denied_by);
     }
 
-    fn v1_culprit(&self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
-        Rc::new(Rendered::new(v1_culprit(record.access.pid, query)))
+    fn v1_culprit(&mut self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
+        let key = (record.access.pid, *query);
+        if let Some((_, known)) = self
+            .v1_answers
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < RECHECK_AFTER)
+        {
+            return known.clone();
+        }
+        let culprit = Rc::new(Rendered::new(v1_culprit(record.access.pid, query)));
+        if self.v1_answers.len() >= V1_ANSWERS_CAPACITY {
+            self.v1_answers.clear();
+        }
+        self.v1_answers
+            .insert(key, (Instant::now(), culprit.clone()));
+        culprit
     }
 
     /// The BPF program that denies the access, or None when the programs in

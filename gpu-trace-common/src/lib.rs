@@ -145,6 +145,18 @@ pub const NVIDIA_DEV_PREFIX: &[u8; 11] = b"/dev/nvidia";
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceAccessEvent {
+    pub head: EventHead,
+    pub comm: [u8; COMM_LEN],
+    /// NUL-terminated path as the process passed it; what follows the NUL
+    /// is left as it was (the kernel side does not clear the record: a
+    /// 328-byte memset was its costliest step).
+    pub path: [u8; PATH_LEN],
+}
+
+/// The fixed-size fields of an event, written in one go.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EventHead {
     /// `bpf_ktime_get_boot_ns()` when the device hook ran.
     pub boot_ns: u64,
     /// Inode number of the task's cgroup2 directory.
@@ -170,34 +182,9 @@ pub struct DeviceAccessEvent {
     /// `FLAG_*`.
     pub flags: u16,
     pub _pad: u32,
-    pub comm: [u8; COMM_LEN],
-    /// NUL-terminated path as the process passed it.
-    pub path: [u8; PATH_LEN],
 }
 
-impl DeviceAccessEvent {
-    pub const fn zeroed() -> Self {
-        Self {
-            boot_ns: 0,
-            cgroup_id: 0,
-            pid: 0,
-            tid: 0,
-            uid: 0,
-            major: 0,
-            minor: 0,
-            access: 0,
-            dev_type: 0,
-            hook_verdict: 0,
-            syscall_ret: 0,
-            syscall: SYSCALL_NONE,
-            flags: 0,
-            _pad: 0,
-            comm: [0; COMM_LEN],
-            path: [0; PATH_LEN],
-        }
-    }
-}
-
+const _: () = assert!(core::mem::size_of::<EventHead>() == 56);
 const _: () = assert!(core::mem::size_of::<DeviceAccessEvent>() == 56 + COMM_LEN + PATH_LEN);
 
 /// Per-thread state between the entry and the exit of an open call. Small on

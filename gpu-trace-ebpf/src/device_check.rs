@@ -3,19 +3,17 @@
 //! call in flight on this thread, or reported at once outside one.
 
 use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_current_uid_gid, bpf_ktime_get_boot_ns,
+    bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+    bpf_ktime_get_boot_ns,
 };
 use gpu_trace_common::{
-    DeviceAccessEvent, FLAG_DEVICE_SEEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
+    EventHead, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
 };
 
 use crate::{
-    maps::{
-        count_lost_event, current_is_followed, is_watched, open_calls_traced, report_allowed,
-        EVENTS, IN_FLIGHT,
-    },
-    syscall_regs::current_path,
+    events,
+    maps::{current_is_followed, is_watched, open_calls_traced, report_allowed, IN_FLIGHT},
+    syscall_regs::syscall_path_argument,
 };
 
 /// One device permission check, in the cgroup device hook's terms.
@@ -86,30 +84,27 @@ fn report_now(check: &DeviceCheck) {
     if check.verdict == 0 && !report_allowed() {
         return;
     }
-    let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
-        count_lost_event();
-        return;
-    };
     let pid_tgid = bpf_get_current_pid_tgid();
-    let event = entry.write(DeviceAccessEvent::zeroed());
-    // SAFETY: helpers without arguments.
-    event.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
-    event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    event.pid = (pid_tgid >> 32) as u32;
-    event.tid = pid_tgid as u32;
-    event.uid = bpf_get_current_uid_gid() as u32;
-    event.major = check.major;
-    event.minor = check.minor;
-    event.access = check.access;
-    event.dev_type = check.dev_type;
-    event.hook_verdict = check.verdict;
-    event.flags = FLAG_DEVICE_SEEN;
-    if let Some((syscall, flags)) = current_path(&mut event.path) {
-        event.syscall = syscall;
-        event.flags |= flags;
-    }
-    if let Ok(comm) = bpf_get_current_comm() {
-        event.comm = comm;
-    }
-    entry.submit(0);
+    let (syscall, path, flags) = match syscall_path_argument() {
+        Some((syscall, path)) => (syscall, path, FLAG_DEVICE_SEEN | FLAG_PATH_FROM_REGS),
+        None => (SYSCALL_NONE, 0, FLAG_DEVICE_SEEN),
+    };
+    let head = EventHead {
+        // SAFETY: helpers without arguments.
+        boot_ns: unsafe { bpf_ktime_get_boot_ns() },
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        uid: bpf_get_current_uid_gid() as u32,
+        major: check.major,
+        minor: check.minor,
+        access: check.access,
+        dev_type: check.dev_type,
+        hook_verdict: check.verdict,
+        syscall_ret: 0,
+        syscall,
+        flags,
+        _pad: 0,
+    };
+    events::send(head, path);
 }

@@ -13,6 +13,7 @@
 
 mod cgroup_names;
 mod device_check;
+mod events;
 mod fexit;
 mod maps;
 mod observer;

@@ -5,23 +5,24 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_uid_gid, bpf_ktime_get_boot_ns, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+        bpf_ktime_get_boot_ns, bpf_probe_read_user,
     },
     macros::tracepoint,
     programs::TracePointContext,
     EbpfContext,
 };
 use gpu_trace_common::{
-    DeviceAccessEvent, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_TRUNCATED,
-    NVIDIA_DEV_PREFIX, PATH_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
-    SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, NVIDIA_DEV_PREFIX, SEEN_DEVICE,
+    SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::{
-    count_lost_event, current_is_followed, is_watched, report_allowed, verdict_from_errno, EVENTS,
-    IN_FLIGHT, LAST_DEVICE_CHECK,
+use crate::{
+    events,
+    maps::{
+        current_is_followed, is_watched, report_allowed, verdict_from_errno, IN_FLIGHT,
+        LAST_DEVICE_CHECK,
+    },
 };
 
 /// Offsets in the syscalls:sys_enter_* / sys_exit_* records
@@ -185,40 +186,34 @@ fn is_nvidia_dev_path(path_ptr: u64) -> bool {
 }
 
 fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
-    let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
-        count_lost_event();
-        return;
-    };
-    let tid = pid_tgid as u32;
-    let event = entry.write(DeviceAccessEvent::zeroed());
     // The observer takes these only for watched devices.
-    if call.seen & SEEN_WATCHED != 0 {
-        event.boot_ns = call.boot_ns;
-        event.cgroup_id = call.cgroup_id;
-        event.uid = call.uid;
+    let (boot_ns, cgroup_id, uid) = if call.seen & SEEN_WATCHED != 0 {
+        (call.boot_ns, call.cgroup_id, call.uid)
     } else {
         // SAFETY: helpers without arguments.
-        event.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
-        event.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-        event.uid = bpf_get_current_uid_gid() as u32;
-    }
-    event.pid = (pid_tgid >> 32) as u32;
-    event.tid = tid;
-    event.major = call.major;
-    event.minor = call.minor;
-    event.access = call.access;
-    event.dev_type = call.dev_type;
-    event.hook_verdict = call.hook_verdict;
-    event.syscall_ret = ret;
-    event.syscall = call.syscall;
-    event.flags = flags;
-    if let Ok(comm) = bpf_get_current_comm() {
-        event.comm = comm;
-    }
-    // SAFETY: a user pointer read with the fault-tolerant helper.
-    match unsafe { bpf_probe_read_user_str_bytes(call.path_ptr as *const u8, &mut event.path) } {
-        Ok(path) if path.len() + 1 >= PATH_LEN => event.flags |= FLAG_PATH_TRUNCATED,
-        _ => {}
-    }
-    entry.submit(0);
+        unsafe {
+            (
+                bpf_ktime_get_boot_ns(),
+                bpf_get_current_cgroup_id(),
+                bpf_get_current_uid_gid() as u32,
+            )
+        }
+    };
+    let head = EventHead {
+        boot_ns,
+        cgroup_id,
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        uid,
+        major: call.major,
+        minor: call.minor,
+        access: call.access,
+        dev_type: call.dev_type,
+        hook_verdict: call.hook_verdict,
+        syscall_ret: ret,
+        syscall: call.syscall,
+        flags,
+        _pad: 0,
+    };
+    events::send(head, call.path_ptr);
 }

@@ -8,12 +8,9 @@
 //! nor CO-RE is open to a cgroup_device program, so userspace reads where
 //! `task_struct.stack` is from the kernel's BTF.
 
-use aya_ebpf::helpers::{
-    bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user_str_bytes,
-};
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
 use gpu_trace_common::{
-    FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, PATH_LEN, SYSCALL_CREAT, SYSCALL_MKNOD,
-    SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    SYSCALL_CREAT, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::maps::task_stack_offset;
@@ -44,12 +41,11 @@ fn path_argument(nr: u64) -> Option<(u16, u64)> {
     }
 }
 
-/// Fills `path` with the current syscall's path argument; returns the
-/// `SYSCALL_*` and the `FLAG_*` bits to set, or None when the thread is in
-/// none of the path-taking syscalls above (io_uring, a 32-bit process) or
-/// the offset is unknown.
+/// The current syscall (`SYSCALL_*`) and the user address of its path
+/// argument; None when the thread is in none of the path-taking syscalls
+/// above (io_uring, a 32-bit process) or the offset is unknown.
 #[inline(always)]
-pub fn current_path(path: &mut [u8; PATH_LEN]) -> Option<(u16, u16)> {
+pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let stack_offset = task_stack_offset();
     if stack_offset == 0 {
         return None;
@@ -70,13 +66,7 @@ pub fn current_path(path: &mut [u8; PATH_LEN]) -> Option<(u16, u16)> {
         // SAFETY: as above.
         let pointer: u64 =
             unsafe { bpf_probe_read_kernel((regs + register) as *const u64) }.ok()?;
-        // SAFETY: a user pointer read with the fault-tolerant helper.
-        let read = unsafe { bpf_probe_read_user_str_bytes(pointer as *const u8, path) }.ok()?;
-        let mut flags = FLAG_PATH_FROM_REGS;
-        if read.len() + 1 >= PATH_LEN {
-            flags |= FLAG_PATH_TRUNCATED;
-        }
-        return Some((syscall, flags));
+        return Some((syscall, pointer));
     }
     None
 }

@@ -154,9 +154,9 @@ const EPERM: i32 = libc::EPERM;
 
 impl DeviceAccess {
     pub fn decode(raw: &DeviceAccessEvent, verdict_from: VerdictSource) -> Self {
-        let traced = raw.flags & FLAG_HAS_SYSCALL != 0;
-        let open = (traced || raw.flags & FLAG_PATH_FROM_REGS != 0).then(|| OpenCall {
-            syscall: match raw.syscall {
+        let traced = raw.head.flags & FLAG_HAS_SYSCALL != 0;
+        let open = (traced || raw.head.flags & FLAG_PATH_FROM_REGS != 0).then(|| OpenCall {
+            syscall: match raw.head.syscall {
                 SYSCALL_OPENAT => "openat",
                 SYSCALL_OPENAT2 => "openat2",
                 SYSCALL_OPEN => "open",
@@ -166,37 +166,37 @@ impl DeviceAccess {
                 _ => "unknown",
             },
             path: until_nul(&raw.path).to_vec(),
-            path_truncated: raw.flags & FLAG_PATH_TRUNCATED != 0,
-            ret: traced.then_some(raw.syscall_ret),
+            path_truncated: raw.head.flags & FLAG_PATH_TRUNCATED != 0,
+            ret: traced.then_some(raw.head.syscall_ret),
         });
-        let device_seen = raw.flags & FLAG_DEVICE_SEEN != 0;
+        let device_seen = raw.head.flags & FLAG_DEVICE_SEEN != 0;
         let eperm = open.as_ref().is_some_and(|o| o.ret == Some(-EPERM));
         let by_bpf = verdict_from == VerdictSource::BpfRetval;
         let verdict = if !device_seen {
             Verdict::FailedBeforeDeviceCheck
-        } else if by_bpf && raw.hook_verdict != 0 {
+        } else if by_bpf && raw.head.hook_verdict != 0 {
             Verdict::DeniedByBpfPolicy
         } else if by_bpf && eperm {
             Verdict::DeniedAfterBpf
-        } else if raw.hook_verdict != 0 || eperm {
+        } else if raw.head.hook_verdict != 0 || eperm {
             Verdict::Denied
         } else {
             Verdict::Allowed
         };
         Self {
-            boot_ns: raw.boot_ns,
-            pid: raw.pid,
-            tid: raw.tid,
-            uid: raw.uid,
+            boot_ns: raw.head.boot_ns,
+            pid: raw.head.pid,
+            tid: raw.head.tid,
+            uid: raw.head.uid,
             comm: until_nul(&raw.comm).to_vec(),
-            cgroup_id: raw.cgroup_id,
+            cgroup_id: raw.head.cgroup_id,
             device_seen,
-            block_device: raw.dev_type == DEV_TYPE_BLOCK,
-            major: raw.major,
-            minor: raw.minor,
-            access: raw.access,
+            block_device: raw.head.dev_type == DEV_TYPE_BLOCK,
+            major: raw.head.major,
+            minor: raw.head.minor,
+            access: raw.head.access,
             verdict,
-            bpf_retval: if by_bpf { raw.hook_verdict } else { 0 },
+            bpf_retval: if by_bpf { raw.head.hook_verdict } else { 0 },
             verdict_from,
             open,
         }
@@ -252,19 +252,25 @@ impl BootClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_trace_common::DEV_TYPE_CHAR;
+    use gpu_trace_common::{EventHead, DEV_TYPE_CHAR};
 
     fn raw(hook_verdict: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
-        let mut e = DeviceAccessEvent::zeroed();
-        e.pid = 42;
-        e.tid = 43;
-        e.major = 511;
-        e.access = ACCESS_READ | ACCESS_WRITE;
-        e.dev_type = DEV_TYPE_CHAR;
-        e.hook_verdict = hook_verdict;
-        e.syscall_ret = ret;
-        e.syscall = SYSCALL_OPENAT;
-        e.flags = FLAG_DEVICE_SEEN | if with_syscall { FLAG_HAS_SYSCALL } else { 0 };
+        let mut e = DeviceAccessEvent {
+            head: EventHead {
+                pid: 42,
+                tid: 43,
+                major: 511,
+                access: ACCESS_READ | ACCESS_WRITE,
+                dev_type: DEV_TYPE_CHAR,
+                hook_verdict,
+                syscall_ret: ret,
+                syscall: SYSCALL_OPENAT,
+                flags: FLAG_DEVICE_SEEN | if with_syscall { FLAG_HAS_SYSCALL } else { 0 },
+                ..EventHead::default()
+            },
+            comm: [0; 16],
+            path: [0; 256],
+        };
         e.comm[..7].copy_from_slice(b"python3");
         e.path[..15].copy_from_slice(b"/dev/nvidia-uvm");
         e
@@ -317,7 +323,7 @@ mod tests {
     #[test]
     fn failed_open_that_never_reached_the_hook_is_a_failure_not_a_denial() {
         let mut e = raw(0, -libc::ENOENT, true);
-        e.flags = FLAG_HAS_SYSCALL;
+        e.head.flags = FLAG_HAS_SYSCALL;
         let access = DeviceAccess::decode(&e, VerdictSource::BpfRetval);
         assert_eq!(access.verdict, Verdict::FailedBeforeDeviceCheck);
         assert!(!access.device_seen && !access.verdict.is_denied() && access.verdict.is_problem());

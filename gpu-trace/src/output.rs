@@ -260,11 +260,21 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             None => (None, None),
         };
         let seen = a.device_seen;
+        // A record that stands for one access has all three times equal:
+        // format once (done three times, chrono took ~6 % of watch under a flood).
+        let time = rfc3339(record.time);
+        let same_time = |other| {
+            if other == record.time {
+                time.clone()
+            } else {
+                rfc3339(other)
+            }
+        };
         Self {
-            time: rfc3339(record.time),
+            first_seen: same_time(record.first_seen),
+            last_seen: same_time(record.last_seen),
+            time,
             count: record.count,
-            first_seen: rfc3339(record.first_seen),
-            last_seen: rfc3339(record.last_seen),
             verdict: a.verdict.name(),
             verdict_source: a.verdict.source(),
             pid: a.pid,

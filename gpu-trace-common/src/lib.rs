@@ -84,6 +84,9 @@ pub mod global {
     /// Offset of `stack` in `struct task_struct`, from the kernel's BTF; 0
     /// leaves accesses outside traced open calls without their path.
     pub const TASK_STACK_OFFSET: &str = "TASK_STACK_OFFSET";
+    /// Where the saved user registers (`struct pt_regs`) lie from the bottom
+    /// of a task's kernel stack.
+    pub const PT_REGS_OFFSET: &str = "PT_REGS_OFFSET";
     /// Non-zero: the open tracepoints are attached, so the device hook looks
     /// for the call in flight; zero with --device-hook-only.
     pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
@@ -125,6 +128,9 @@ pub const SYSCALL_OPEN: u16 = 3;
 pub const SYSCALL_CREAT: u16 = 4;
 pub const SYSCALL_MKNOD: u16 = 5;
 pub const SYSCALL_MKNODAT: u16 = 6;
+pub const SYSCALL_ACCESS: u16 = 7;
+pub const SYSCALL_FACCESSAT: u16 = 8;
+pub const SYSCALL_FACCESSAT2: u16 = 9;
 
 /// `DeviceAccessEvent::flags` bits.
 /// A device hook saw this access (device fields and `hook_verdict` are valid).

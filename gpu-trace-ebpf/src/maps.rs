@@ -60,6 +60,8 @@ static VERDICT_FROM_ERRNO: u8 = 0;
 #[unsafe(no_mangle)]
 static TASK_STACK_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
+static PT_REGS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static OPEN_CALLS_TRACED: u8 = 1;
 
 pub fn watch_all_devices() -> bool {
@@ -91,6 +93,11 @@ pub fn verdict_from_errno() -> bool {
 pub fn open_calls_traced() -> bool {
     // SAFETY: as above.
     unsafe { core::ptr::read_volatile(&OPEN_CALLS_TRACED) != 0 }
+}
+
+pub fn pt_regs_offset() -> u64 {
+    // SAFETY: as above.
+    unsafe { core::ptr::read_volatile(&PT_REGS_OFFSET) as u64 }
 }
 
 pub fn task_stack_offset() -> u64 {

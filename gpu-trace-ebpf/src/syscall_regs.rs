@@ -5,45 +5,48 @@
 //!
 //! x86_64 only. The registers sit at the top of the task's kernel stack
 //! (`task_pt_regs()`); neither helper that finds them (`bpf_task_pt_regs`)
-//! nor CO-RE is open to a cgroup_device program, so userspace reads where
-//! `task_struct.stack` is from the kernel's BTF.
+//! nor CO-RE is open to a cgroup_device program, so userspace works out
+//! where they are from the kernel's BTF (see kernel_btf.rs and tracer.rs).
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
 use gpu_trace_common::{
-    SYSCALL_CREAT, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    SYSCALL_ACCESS, SYSCALL_CREAT, SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2, SYSCALL_MKNOD,
+    SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::task_stack_offset;
+use crate::maps::{pt_regs_offset, task_stack_offset};
 
-/// x86_64's kernel stack: 16 KiB (32 KiB only with KASAN, which no
-/// distribution kernel enables).
-const THREAD_SIZE: u64 = 16 << 10;
-/// `sizeof(struct pt_regs)`, and the offsets of the fields used.
-const PT_REGS_SIZE: u64 = 21 * 8;
+/// Offsets in `struct pt_regs`.
 const SI: u64 = 13 * 8;
 const DI: u64 = 14 * 8;
 const ORIG_AX: u64 = 15 * 8;
-/// Room the kernel keeps above `pt_regs` (TOP_OF_KERNEL_STACK_PADDING): none,
-/// or 16 bytes with FRED (6.9+). The saved syscall number tells which.
-const STACK_PADDINGS: [u64; 2] = [0, 16];
+const CS: u64 = 17 * 8;
+/// The code segment of 64-bit user mode (`__USER_CS`). A 32-bit process
+/// (0x23) numbers its syscalls and passes its arguments differently, and a
+/// wrong guess of where the registers are reads something else here.
+const USER_CS_64: u64 = 0x33;
 
-/// Which argument register holds the path, by x86_64 syscall number.
+/// Which argument register holds the path, by x86_64 syscall number: the
+/// calls that can reach the device check with a path.
 #[inline(always)]
 fn path_argument(nr: u64) -> Option<(u16, u64)> {
     match nr {
         2 => Some((SYSCALL_OPEN, DI)),
+        21 => Some((SYSCALL_ACCESS, DI)),
         85 => Some((SYSCALL_CREAT, DI)),
         133 => Some((SYSCALL_MKNOD, DI)),
         257 => Some((SYSCALL_OPENAT, SI)),
         259 => Some((SYSCALL_MKNODAT, SI)),
+        269 => Some((SYSCALL_FACCESSAT, SI)),
         437 => Some((SYSCALL_OPENAT2, SI)),
+        439 => Some((SYSCALL_FACCESSAT2, SI)),
         _ => None,
     }
 }
 
 /// The current syscall (`SYSCALL_*`) and the user address of its path
-/// argument; None when the thread is in none of the path-taking syscalls
-/// above (io_uring, a 32-bit process) or the offset is unknown.
+/// argument; None when the thread is in none of the syscalls above
+/// (io_uring), is a 32-bit process, or the registers cannot be found.
 #[inline(always)]
 pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let stack_offset = task_stack_offset();
@@ -52,21 +55,13 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     }
     // SAFETY: a helper without arguments.
     let task = unsafe { bpf_get_current_task() };
-    // SAFETY: kernel memory read with the fault-tolerant helper.
+    // SAFETY (all reads below): kernel memory read with the fault-tolerant helper.
     let stack: u64 = unsafe { bpf_probe_read_kernel((task + stack_offset) as *const u64) }.ok()?;
-    for padding in STACK_PADDINGS {
-        let regs = stack + THREAD_SIZE - padding - PT_REGS_SIZE;
-        // SAFETY: as above.
-        let Ok(nr) = (unsafe { bpf_probe_read_kernel((regs + ORIG_AX) as *const u64) }) else {
-            continue;
-        };
-        let Some((syscall, register)) = path_argument(nr) else {
-            continue;
-        };
-        // SAFETY: as above.
-        let pointer: u64 =
-            unsafe { bpf_probe_read_kernel((regs + register) as *const u64) }.ok()?;
-        return Some((syscall, pointer));
+    let regs = stack + pt_regs_offset();
+    let read = |field: u64| unsafe { bpf_probe_read_kernel((regs + field) as *const u64) }.ok();
+    if read(CS)? & 0xffff != USER_CS_64 {
+        return None;
     }
-    None
+    let (syscall, register) = path_argument(read(ORIG_AX)?)?;
+    Some((syscall, read(register)?))
 }

@@ -202,9 +202,9 @@ pub struct TracerArgs {
     pub hook: HookChoice,
     /// Attach the device hook alone, not the open-syscall tracepoints: other
     /// syscalls on the host then cost nothing extra, and denials still come
-    /// with their path. Unseen: the open's result, so missing nodes (ENOENT)
-    /// and absent drivers (ENXIO); with the observer, cgroup v1 denials too.
-    /// Needs fexit or kernel 6.1+.
+    /// with their path (x86_64, with kernel BTF). Unseen: the open's result,
+    /// so missing nodes (ENOENT) and absent drivers (ENXIO); with the
+    /// observer, cgroup v1 denials too. Needs fexit or kernel 6.1+.
     #[arg(long)]
     pub device_hook_only: bool,
 }

@@ -4,8 +4,9 @@ use std::time::{Duration, SystemTime};
 
 use gpu_trace_common::{
     DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN,
-    FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_CREAT, SYSCALL_MKNOD,
-    SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT,
+    SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN,
+    SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -163,6 +164,9 @@ impl DeviceAccess {
                 SYSCALL_CREAT => "creat",
                 SYSCALL_MKNOD => "mknod",
                 SYSCALL_MKNODAT => "mknodat",
+                SYSCALL_ACCESS => "access",
+                SYSCALL_FACCESSAT => "faccessat",
+                SYSCALL_FACCESSAT2 => "faccessat2",
                 _ => "unknown",
             },
             path: until_nul(&raw.path).to_vec(),

@@ -1,11 +1,10 @@
-//! One fact from the kernel's BTF (/sys/kernel/btf/vmlinux): where a struct
-//! member lies. A single pass over the type section, no index built: the
-//! BTF crates parse all ~150k types into tables first, which took 100 ms
-//! of a start-up that must stay well under that.
+//! Facts from the kernel's BTF (/sys/kernel/btf/vmlinux): whether a struct
+//! exists, and where a member lies. A single pass over the type section per
+//! question, no index built: the BTF crates parse all ~150k types into
+//! tables first, which took 100 ms of a start-up that must stay well under
+//! that.
 //!
 //! Format: Documentation/bpf/btf.rst in the kernel tree.
-
-use std::path::Path;
 
 use anyhow::{bail, ensure, Context};
 
@@ -13,63 +12,97 @@ const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
 
-/// Byte offset of `member` in `struct name`, from the running kernel's BTF.
-pub fn member_offset(name: &str, member: &str) -> anyhow::Result<u32> {
-    let data = std::fs::read(VMLINUX).with_context(|| format!("reading {VMLINUX}"))?;
-    member_offset_in(&data, name, member).with_context(|| {
-        format!(
-            "finding {name}.{member} in {}",
-            Path::new(VMLINUX).display()
-        )
-    })
+/// The running kernel's BTF, as read once.
+pub struct KernelBtf {
+    data: Vec<u8>,
 }
 
-fn member_offset_in(data: &[u8], name: &str, member: &str) -> anyhow::Result<u32> {
-    let word = |at: usize| -> anyhow::Result<u32> {
-        let bytes = data.get(at..at + 4).context("BTF cut short")?;
-        Ok(u32::from_ne_bytes(bytes.try_into().expect("four bytes")))
-    };
-    ensure!(
-        data.len() >= 24 && u16::from_ne_bytes([data[0], data[1]]) == MAGIC,
-        "not BTF in this machine's byte order"
-    );
-    let header_len = word(4)? as usize;
-    let types = header_len + word(8)? as usize;
-    let types_end = types + word(12)? as usize;
-    let strings = header_len + word(16)? as usize;
-    let string_at = |offset: u32| -> &[u8] {
-        let start = strings + offset as usize;
-        let rest = data.get(start..).unwrap_or_default();
-        &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
-    };
+/// A struct found in the type section: where its member entries start.
+struct Found {
+    members_at: usize,
+    members: usize,
+    bitfields: bool,
+}
 
-    let mut at = types;
-    while at < types_end {
-        let name_offset = word(at)?;
-        let info = word(at + 4)?;
-        let kind = (info >> 24) & 0x1f;
-        let members = (info & 0xffff) as usize;
-        at += 12;
-        if kind == KIND_STRUCT && string_at(name_offset) == name.as_bytes() {
-            let bitfields = info >> 31 == 1;
-            for index in 0..members {
-                let entry = at + index * 12;
-                if string_at(word(entry)?) == member.as_bytes() {
-                    let offset = word(entry + 8)?;
-                    // With bitfields the low 24 bits hold the bit offset.
-                    let bits = if bitfields {
-                        offset & 0xff_ffff
-                    } else {
-                        offset
-                    };
-                    ensure!(bits % 8 == 0, "{name}.{member} is a bitfield");
-                    return Ok(bits / 8);
-                }
+impl KernelBtf {
+    pub fn read() -> anyhow::Result<Self> {
+        let data = std::fs::read(VMLINUX).with_context(|| format!("reading {VMLINUX}"))?;
+        Self::from_bytes(data)
+    }
+
+    fn from_bytes(data: Vec<u8>) -> anyhow::Result<Self> {
+        ensure!(
+            data.len() >= 24 && u16::from_ne_bytes([data[0], data[1]]) == MAGIC,
+            "{VMLINUX} is not BTF in this machine's byte order"
+        );
+        Ok(Self { data })
+    }
+
+    pub fn has_struct(&self, name: &str) -> anyhow::Result<bool> {
+        Ok(self.find_struct(name)?.is_some())
+    }
+
+    /// Byte offset of `member` in `struct name`.
+    pub fn member_offset(&self, name: &str, member: &str) -> anyhow::Result<u32> {
+        let Some(found) = self.find_struct(name)? else {
+            bail!("no struct {name} in {VMLINUX}");
+        };
+        for index in 0..found.members {
+            let entry = found.members_at + index * 12;
+            if self.string_at(self.word(entry)?) == member.as_bytes() {
+                let offset = self.word(entry + 8)?;
+                // With bitfields the low 24 bits hold the bit offset.
+                let bits = if found.bitfields {
+                    offset & 0xff_ffff
+                } else {
+                    offset
+                };
+                ensure!(bits % 8 == 0, "{name}.{member} is a bitfield");
+                return Ok(bits / 8);
             }
         }
-        at += kind_data_len(kind, members)?;
+        bail!("struct {name} has no member {member} in {VMLINUX}")
     }
-    bail!("struct {name} with a member {member} not found")
+
+    fn word(&self, at: usize) -> anyhow::Result<u32> {
+        let bytes = self.data.get(at..at + 4).context("BTF cut short")?;
+        Ok(u32::from_ne_bytes(bytes.try_into().expect("four bytes")))
+    }
+
+    fn header_len(&self) -> anyhow::Result<usize> {
+        Ok(self.word(4)? as usize)
+    }
+
+    fn string_at(&self, offset: u32) -> &[u8] {
+        let strings = self.header_len().unwrap_or(0) + self.word(16).unwrap_or(0) as usize;
+        let rest = self
+            .data
+            .get(strings + offset as usize..)
+            .unwrap_or_default();
+        &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+    }
+
+    fn find_struct(&self, name: &str) -> anyhow::Result<Option<Found>> {
+        let types = self.header_len()? + self.word(8)? as usize;
+        let types_end = types + self.word(12)? as usize;
+        let mut at = types;
+        while at < types_end {
+            let name_offset = self.word(at)?;
+            let info = self.word(at + 4)?;
+            let kind = (info >> 24) & 0x1f;
+            let members = (info & 0xffff) as usize;
+            at += 12;
+            if kind == KIND_STRUCT && self.string_at(name_offset) == name.as_bytes() {
+                return Ok(Some(Found {
+                    members_at: at,
+                    members,
+                    bitfields: info >> 31 == 1,
+                }));
+            }
+            at += kind_data_len(kind, members)?;
+        }
+        Ok(None)
+    }
 }
 
 /// Bytes that follow a type's 12-byte header, by kind.
@@ -123,26 +156,35 @@ mod tests {
         data
     }
 
+    fn btf() -> KernelBtf {
+        KernelBtf::from_bytes(blob()).unwrap()
+    }
+
     #[test]
     fn finds_a_member_after_skipping_other_types() {
-        assert_eq!(member_offset_in(&blob(), "pair", "second").unwrap(), 4);
-        assert_eq!(member_offset_in(&blob(), "pair", "first").unwrap(), 0);
+        assert_eq!(btf().member_offset("pair", "second").unwrap(), 4);
+        assert_eq!(btf().member_offset("pair", "first").unwrap(), 0);
+        assert!(btf().has_struct("pair").unwrap());
+        assert!(!btf().has_struct("int").unwrap());
     }
 
     #[test]
     fn a_missing_member_or_struct_is_an_error() {
-        assert!(member_offset_in(&blob(), "pair", "third").is_err());
-        assert!(member_offset_in(&blob(), "int", "first").is_err());
-        assert!(member_offset_in(b"not btf at all, not at all", "pair", "first").is_err());
+        assert!(btf().member_offset("pair", "third").is_err());
+        assert!(btf().member_offset("int", "first").is_err());
+        assert!(KernelBtf::from_bytes(b"not btf at all, not at all".to_vec()).is_err());
     }
 
     #[test]
     fn reads_task_struct_stack_from_this_kernel() {
-        if !Path::new(VMLINUX).exists() {
+        if !std::path::Path::new(VMLINUX).exists() {
             eprintln!("skipping: no {VMLINUX}");
             return;
         }
-        let offset = member_offset("task_struct", "stack").unwrap();
+        let offset = KernelBtf::read()
+            .unwrap()
+            .member_offset("task_struct", "stack")
+            .unwrap();
         assert!(offset > 0 && offset < 4096, "{offset}");
     }
 }

@@ -164,9 +164,11 @@ impl Tracer {
             0
         };
         let mut notes: Vec<String> = tracefs_note.into_iter().collect();
+        let (task_stack_offset, pt_regs_offset) = saved_registers(&mut notes);
         let settings = LoadSettings {
             child_pid_offset,
-            task_stack_offset: task_stack_offset(&mut notes),
+            task_stack_offset,
+            pt_regs_offset,
             verdict_from_errno: false,
         };
         let mut ebpf = load_object(config, &settings)?;
@@ -389,20 +391,35 @@ impl Tracer {
 struct LoadSettings {
     child_pid_offset: u32,
     task_stack_offset: u32,
+    pt_regs_offset: u32,
     verdict_from_errno: bool,
 }
 
-/// Where `task_struct.stack` is, for reading a syscall's path from its saved
-/// registers (x86_64 only); 0, with a note, when unknown.
-fn task_stack_offset(notes: &mut Vec<String>) -> u32 {
+/// Where the saved user registers of a task are: `task_struct.stack`'s
+/// offset, and theirs from the bottom of that stack (x86_64 only). Both 0,
+/// with a note, when unknown: accesses outside traced open calls then come
+/// without their path.
+fn saved_registers(notes: &mut Vec<String>) -> (u32, u32) {
+    /// x86_64's kernel stack (32 KiB only with KASAN, which no distribution
+    /// kernel enables; the device hook then finds no 64-bit user frame
+    /// there and reports no path).
+    const THREAD_SIZE: u32 = 16 << 10;
+    const PT_REGS_SIZE: u32 = 21 * 8;
     if !cfg!(target_arch = "x86_64") {
-        return 0;
+        return (0, 0);
     }
-    crate::kernel_btf::member_offset("task_struct", "stack").unwrap_or_else(|e| {
+    let found = crate::kernel_btf::KernelBtf::read().and_then(|btf| {
+        let stack = btf.member_offset("task_struct", "stack")?;
+        // TOP_OF_KERNEL_STACK_PADDING: 16 bytes above the registers on
+        // kernels built with FRED (6.9+), whose BTF has its frame type.
+        let padding = if btf.has_struct("fred_frame")? { 16 } else { 0 };
+        Ok((stack, THREAD_SIZE - padding - PT_REGS_SIZE))
+    });
+    found.unwrap_or_else(|e| {
         notes.push(format!(
             "{e:#}: device accesses outside traced open calls are reported without their path"
         ));
-        0
+        (0, 0)
     })
 }
 
@@ -431,6 +448,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
             true,
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
+        .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
         .override_global(
             global::OPEN_CALLS_TRACED,
             &u8::from(!config.device_hook_only),
@@ -524,6 +542,11 @@ impl CgroupsMade {
     pub fn path(&self, id: u64) -> Option<std::path::PathBuf> {
         let entry = self.0.get(&id, 0).ok()?;
         let end = entry.path.iter().position(|&b| b == 0)?;
+        // Empty: the kernel could not read it. Filling the slot: cut short.
+        // Either would be taken for another cgroup's path.
+        if end == 0 || end + 1 >= entry.path.len() {
+            return None;
+        }
         let path = std::ffi::OsStr::from_bytes(&entry.path[..end]);
         Some(std::path::PathBuf::from(path))
     }

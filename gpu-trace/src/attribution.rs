@@ -67,14 +67,16 @@ pub struct Attributor {
     programs: ProgramCache,
     /// By cgroup id.
     policies: FxHashMap<u64, CachedPolicy>,
-    /// v1 verdicts by process and access, with when they were worked out:
-    /// each costs three file reads, and a process retrying a denied open
-    /// would otherwise pay them per event (26k events/s at most).
-    v1_answers: FxHashMap<(u32, DeviceQuery), Dated<Rc<Rendered<DeniedBy>>>>,
+    /// v1 verdicts by process, cgroup and access, with when they were
+    /// worked out: each costs three file reads, and a process retrying a
+    /// denied open would otherwise pay them per event (26k events/s at most).
+    v1_answers: FxHashMap<V1Key, Dated<Rc<Rendered<DeniedBy>>>>,
 }
 
 /// A cached answer and when it was worked out.
 type Dated<T> = (Instant, T);
+/// Process id, cgroup id, access.
+type V1Key = (u32, u64, DeviceQuery);
 
 /// Bound on `v1_answers`; past it the table starts afresh.
 const V1_ANSWERS_CAPACITY: usize = 4096;
@@ -125,7 +127,7 @@ impl Attributor {
     }
 
     fn v1_culprit(&mut self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
-        let key = (record.access.pid, *query);
+        let key = (record.access.pid, record.access.cgroup_id, *query);
         if let Some((_, known)) = self
             .v1_answers
             .get(&key)
@@ -134,6 +136,10 @@ impl Attributor {
             return known.clone();
         }
         let culprit = Rc::new(Rendered::new(v1_culprit(record.access.pid, query)));
+        // Not an answer worth keeping: the process was gone, or no v1 controller.
+        if matches!(**culprit, DeniedBy::Unknown { .. }) {
+            return culprit;
+        }
         if self.v1_answers.len() >= V1_ANSWERS_CAPACITY {
             self.v1_answers.clear();
         }

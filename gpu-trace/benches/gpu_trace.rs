@@ -217,7 +217,9 @@ fn run_loop(
     let _procs = cgroup.map(|c| place_child_in(&mut command, &[c]).expect("join cgroup"));
     // Always the first CPU: this machine's CPUs differ in speed from moment
     // to moment, and a baseline on one against a run on the other measured
-    // that instead of the tracer. The tracers' readers get the other CPU.
+    // that instead of the tracer. The tracers' readers are left free (the
+    // scheduler puts them on the other CPU); strace, which runs the loop as
+    // its child, shares CPU 0 with it.
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(|| {

@@ -181,7 +181,9 @@ async fn trace_command(
                 backlog = handed == DRAIN_BATCH;
             }
             _ = tokio::task::yield_now(), if backlog => {
-                backlog = stream(tracer, DRAIN_BATCH) == DRAIN_BATCH;
+                let handed = stream(tracer, DRAIN_BATCH);
+                pacing.drained(handed);
+                backlog = handed == DRAIN_BATCH;
             }
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),

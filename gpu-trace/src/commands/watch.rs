@@ -244,7 +244,9 @@ async fn stream(
                 backlog = handed == DRAIN_BATCH;
             }
             _ = tokio::task::yield_now(), if backlog => {
-                backlog = flow.drain(tracer, DRAIN_BATCH)? == DRAIN_BATCH;
+                let handed = flow.drain(tracer, DRAIN_BATCH)?;
+                pacing.drained(handed);
+                backlog = handed == DRAIN_BATCH;
             }
         }
     }

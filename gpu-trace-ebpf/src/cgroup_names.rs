@@ -10,7 +10,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{cgroup_mkdir, CgroupPath, PATH_LEN};
 
-use crate::maps::CGROUP_PATHS;
+use crate::{maps::CGROUP_PATHS, tracepoint_record::record_field};
 
 /// The hierarchy id of cgroup2 (the default hierarchy).
 const CGROUP2_ROOT: i32 = 0;
@@ -20,15 +20,9 @@ static EMPTY: CgroupPath = CgroupPath {
 
 #[tracepoint]
 pub fn note_cgroup_mkdir(ctx: TracePointContext) -> u32 {
-    let record = ctx.as_ptr().cast::<u8>();
-    // SAFETY: offsets checked by userspace against the format file.
-    let (root, id, path_loc) = unsafe {
-        (
-            record.add(cgroup_mkdir::ROOT).cast::<i32>().read(),
-            record.add(cgroup_mkdir::ID).cast::<u64>().read_unaligned(),
-            record.add(cgroup_mkdir::PATH).cast::<u32>().read(),
-        )
-    };
+    let root: i32 = record_field(&ctx, cgroup_mkdir::ROOT);
+    let id: u64 = record_field(&ctx, cgroup_mkdir::ID);
+    let path_loc: u32 = record_field(&ctx, cgroup_mkdir::PATH);
     if root != CGROUP2_ROOT {
         return 0;
     }
@@ -41,7 +35,10 @@ pub fn note_cgroup_mkdir(ctx: TracePointContext) -> u32 {
         return 0;
     };
     // __data_loc: the string's offset in the record (low 16 bits).
-    let path = record.wrapping_add((path_loc & 0xffff) as usize);
+    let path = ctx
+        .as_ptr()
+        .cast::<u8>()
+        .wrapping_add((path_loc & 0xffff) as usize);
     // SAFETY: kernel memory read with the fault-tolerant helper into our own slot.
     let _ = unsafe { bpf_probe_read_kernel_str_bytes(path, &mut (*slot).path) };
     0

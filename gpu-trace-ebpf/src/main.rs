@@ -20,6 +20,7 @@ mod observer;
 mod open_calls;
 mod process_tree;
 mod syscall_regs;
+mod tracepoint_record;
 
 #[cfg(not(test))]
 #[panic_handler]

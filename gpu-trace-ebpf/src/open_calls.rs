@@ -10,7 +10,6 @@ use aya_ebpf::{
     },
     macros::tracepoint,
     programs::TracePointContext,
-    EbpfContext,
 };
 use gpu_trace_common::{
     EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, NVIDIA_DEV_PREFIX, SEEN_DEVICE,
@@ -23,6 +22,7 @@ use crate::{
         current_is_followed, is_watched, report_allowed, verdict_from_errno, IN_FLIGHT,
         LAST_DEVICE_CHECK,
     },
+    tracepoint_record::record_field,
 };
 
 /// Offsets in the syscalls:sys_enter_* / sys_exit_* records
@@ -65,16 +65,6 @@ pub fn exit_openat2(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn exit_open(ctx: TracePointContext) -> u32 {
     finish_call(&ctx)
-}
-
-/// A field of the tracepoint's record, read straight from the context: the
-/// verifier allows loads at constant offsets, and every open pays for the
-/// helper call `read_at` would make. Inlined so that `offset` stays constant.
-#[inline(always)]
-fn record_field<T: Copy>(ctx: &TracePointContext, offset: usize) -> T {
-    // SAFETY: the offsets come from the tracepoints' format files, inside
-    // the record the kernel hands over.
-    unsafe { ctx.as_ptr().cast::<u8>().add(offset).cast::<T>().read() }
 }
 
 #[inline(always)]

@@ -61,7 +61,14 @@ impl WakeupPacing {
     pub fn drained(&mut self, count: usize) {
         self.last_drain = count;
     }
+
+    /// The last drain stopped at its limit: more may wait, and readiness
+    /// (edge-triggered) will not say so; drain again without waiting for it.
+    pub fn backlog(&self) -> bool {
+        self.last_drain == DRAIN_BATCH
+    }
 }
+
 /// At most this many events fit in the ring buffer: what a final drain at
 /// shutdown may find, whatever keeps arriving meanwhile.
 pub const RING_CAPACITY_EVENTS: usize =

@@ -169,21 +169,16 @@ async fn trace_command(
         })
     };
 
-    let mut backlog = false;
     let mut pacing = WakeupPacing::default();
     let status = loop {
         tokio::select! {
-            guard = ready.readable(), if !backlog => {
+            guard = ready.readable(), if !pacing.backlog() => {
                 guard?.clear_ready();
                 pacing.before_drain().await;
-                let handed = stream(tracer, DRAIN_BATCH);
-                pacing.drained(handed);
-                backlog = handed == DRAIN_BATCH;
+                pacing.drained(stream(tracer, DRAIN_BATCH));
             }
-            _ = tokio::task::yield_now(), if backlog => {
-                let handed = stream(tracer, DRAIN_BATCH);
-                pacing.drained(handed);
-                backlog = handed == DRAIN_BATCH;
+            _ = tokio::task::yield_now(), if pacing.backlog() => {
+                pacing.drained(stream(tracer, DRAIN_BATCH));
             }
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),

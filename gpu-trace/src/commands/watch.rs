@@ -208,9 +208,8 @@ async fn stream(
     let mut ticks = interval(TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
 
-    // Set when a drain stopped at its limit: go on draining without waiting
+    // After a drain that stopped at its limit, drain again without waiting
     // for readiness (which is edge-triggered), signals first.
-    let mut backlog = false;
     let mut pacing = WakeupPacing::default();
     loop {
         // Biased: under a flood the drain branches are always ready, so the
@@ -236,17 +235,13 @@ async fn stream(
                     watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
                 }
             }
-            guard = ready.readable(), if !backlog => {
+            guard = ready.readable(), if !pacing.backlog() => {
                 guard?.clear_ready();
                 pacing.before_drain().await;
-                let handed = flow.drain(tracer, DRAIN_BATCH)?;
-                pacing.drained(handed);
-                backlog = handed == DRAIN_BATCH;
+                pacing.drained(flow.drain(tracer, DRAIN_BATCH)?);
             }
-            _ = tokio::task::yield_now(), if backlog => {
-                let handed = flow.drain(tracer, DRAIN_BATCH)?;
-                pacing.drained(handed);
-                backlog = handed == DRAIN_BATCH;
+            _ = tokio::task::yield_now(), if pacing.backlog() => {
+                pacing.drained(flow.drain(tracer, DRAIN_BATCH)?);
             }
         }
     }

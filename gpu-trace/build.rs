@@ -3,7 +3,12 @@
 //!
 //! The kernel programs need Debian's rustc-web (it ships a precompiled `core`
 //! for the BPF target) and bpf-linker built against the same LLVM; `cargo
-//! xtask setup` installs both. See README.md, "Building".
+//! xtask setup` installs both. See docs/building.md.
+//!
+//! `GPU_TRACE_BUILD_SKIP=1` skips the kernel programs: the objects are left
+//! empty, so unit tests and clippy run without the BPF toolchain, and the
+//! binary says at start-up that it cannot trace (like aya-build's
+//! `AYA_BUILD_SKIP`).
 
 use std::{
     env, fs,
@@ -14,6 +19,8 @@ use std::{
 const BPF_RUSTC: &str = "/usr/bin/rustc";
 const TARGET: &str = "bpfel-unknown-none";
 const OBJECTS: [&str; 1] = ["gpu-trace-tracer"];
+/// Set (to anything but "0" or "") to build without the kernel programs.
+const SKIP_ENV: &str = "GPU_TRACE_BUILD_SKIP";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -35,21 +42,39 @@ fn main() {
         );
     }
 
-    // For --version and the build-info metric.
-    let commit = Command::new("git")
+    println!("cargo:rerun-if-env-changed={SKIP_ENV}");
+    println!("cargo:rustc-env=GPU_TRACE_COMMIT={}", commit(workspace));
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join(".git/HEAD").display()
+    );
+
+    if env::var(SKIP_ENV).is_ok_and(|v| !v.is_empty() && v != "0") {
+        println!("cargo:warning={SKIP_ENV} is set: gpu-trace is built without its kernel programs and cannot trace");
+        println!("cargo:rustc-env=GPU_TRACE_EBPF_SKIPPED=1");
+        for object in OBJECTS {
+            fs::write(out_dir.join(object), b"")
+                .unwrap_or_else(|e| fail(&format!("writing an empty {object}: {e}")));
+        }
+        return;
+    }
+    build_ebpf(workspace, &ebpf_crate, &out_dir);
+}
+
+/// For --version and the build-info metric.
+fn commit(workspace: &Path) -> String {
+    Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .current_dir(workspace)
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=GPU_TRACE_COMMIT={commit}");
-    println!(
-        "cargo:rerun-if-changed={}",
-        workspace.join(".git/HEAD").display()
-    );
+        .unwrap_or_else(|| "unknown".into())
+}
 
+/// Builds gpu-trace-ebpf with Debian's compiler and copies its objects to `out_dir`.
+fn build_ebpf(workspace: &Path, ebpf_crate: &Path, out_dir: &Path) {
     if !Path::new(BPF_RUSTC).exists() {
         fail(&format!("{BPF_RUSTC} (Debian's rustc-web) is missing"));
     }
@@ -61,7 +86,7 @@ fn main() {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
-        .current_dir(&ebpf_crate)
+        .current_dir(ebpf_crate)
         .args([
             "build",
             "--release",

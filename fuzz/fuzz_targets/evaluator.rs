@@ -5,12 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 
-// The evaluator depends on nothing but std and thiserror, so the target
-// builds it alone instead of all of gpu-trace (and its eBPF programs).
-#[path = "../../gpu-trace/src/evaluator.rs"]
-mod evaluator;
-
-use evaluator::{evaluate, DeviceQuery, Insn};
+// gpu-trace-policy is std only: the target builds it alone, without
+// gpu-trace's eBPF programs.
+use gpu_trace_policy::{evaluate, DeviceQuery, Insn};
 
 fuzz_target!(|data: &[u8]| {
     let Some((head, code)) = data.split_first_chunk::<10>() else { return };

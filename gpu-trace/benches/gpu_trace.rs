@@ -18,9 +18,8 @@ use std::{
 };
 
 use gpu_trace::{
-    cgroup::{cgroup2_mount, place_child_in},
-    devices::CharMajors,
-    scenario::{DeviceNodes, ScratchCgroup, ScratchPolicy},
+    cgroup::spawn::place_child_in, host::mountinfo::cgroup2_mount, host::proc_devices::CharMajors,
+    scenario::DeviceNodes, scenario::ScratchCgroup, scenario::ScratchPolicy,
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{

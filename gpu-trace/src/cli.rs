@@ -4,7 +4,11 @@ use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{device_hook::HookChoice, output::Format};
+use crate::{
+    host::proc_devices::CharMajors,
+    kernel::{device_hook::HookChoice, tracer::TracerConfig},
+    render::output::Format,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -92,7 +96,7 @@ pub struct WatchArgs {
     pub output: Option<PathBuf>,
     /// Fold identical denials (cgroup, device, access, command) within this window
     /// into one record with a count; the first is always written at once. 0 disables.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::fold::parse_window)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::stream::fold::parse_window)]
     pub fold: std::time::Duration,
     /// Serve Prometheus/OpenMetrics counters over HTTP at ADDR/metrics (e.g. 127.0.0.1:9745).
     /// They count every event, whatever the filters below show.
@@ -118,8 +122,8 @@ pub struct WatchArgs {
     #[arg(long)]
     pub comm: Option<String>,
     /// Only this device: a node or driver name (nvidia-uvm), a major, or MAJ:MIN.
-    #[arg(long, value_name = "DEVICE", value_parser = crate::filter::DeviceFilter::parse)]
-    pub device: Option<crate::filter::DeviceFilter>,
+    #[arg(long, value_name = "DEVICE", value_parser = crate::stream::filter::DeviceFilter::parse)]
+    pub device: Option<crate::stream::filter::DeviceFilter>,
 }
 
 impl WatchArgs {
@@ -131,8 +135,8 @@ impl WatchArgs {
         })
     }
 
-    pub fn filter(&self) -> crate::filter::Filter {
-        crate::filter::Filter {
+    pub fn filter(&self) -> crate::stream::filter::Filter {
+        crate::stream::filter::Filter {
             container: self.container.clone(),
             cgroup: self
                 .cgroup
@@ -207,4 +211,25 @@ pub struct TracerArgs {
     /// observer, cgroup v1 denials too. Needs fexit or kernel 6.1+.
     #[arg(long)]
     pub device_hook_only: bool,
+}
+
+/// The kernel-side filter: NVIDIA's majors known now plus the user's.
+pub fn tracer_config(
+    devices: &DeviceSelection,
+    majors: &CharMajors,
+    report_allowed: bool,
+    tracer: TracerArgs,
+) -> TracerConfig {
+    let mut watched = majors.nvidia_majors();
+    watched.extend(&devices.majors);
+    watched.sort_unstable();
+    watched.dedup();
+    TracerConfig {
+        majors: watched,
+        all_devices: devices.all_devices,
+        report_allowed,
+        follow_process_tree: false,
+        hook: tracer.hook,
+        device_hook_only: tracer.device_hook_only,
+    }
 }

@@ -3,7 +3,10 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use gpu_trace::{
     cli::{Cli, Command},
-    commands, preflight, scenario,
+    commands,
+    host::preflight,
+    model::exit_status,
+    scenario,
 };
 
 fn main() -> ExitCode {
@@ -22,7 +25,7 @@ fn main() -> ExitCode {
         Command::Check(args) => Ok(commands::check::run(args).map_or_else(
             |error| {
                 eprintln!("gpu-trace: error: {error:#}");
-                ExitCode::from(2)
+                ExitCode::from(exit_status::USAGE_OR_CHECK_ERROR)
             },
             ExitCode::from,
         )),

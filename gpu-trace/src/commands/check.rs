@@ -14,17 +14,15 @@ use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
 use serde::Serialize;
 
 use crate::{
-    cgroup::CgroupPaths,
-    cli::CheckArgs,
-    devices::{CharMajors, NvidiaNode},
-    devices_list::{DevicesList, V1Answer},
-    evaluator::DeviceQuery,
-    identity::{identify, Container, NameSources},
-    output::Format,
-    policy::{Answer, CgroupPolicy, PolicyProgram, ProgramCache},
-    preflight::check_host,
-    target::{cgroup_dir, cgroup_of_pid, container_dir, first_pid_in},
+    cgroup::identity::identify, cgroup::identity::NameSources, cgroup::paths::CgroupPaths,
+    cgroup::target::cgroup_dir, cgroup::target::cgroup_of_pid, cgroup::target::container_dir,
+    cgroup::target::first_pid_in, cli::CheckArgs, host::preflight::check_host,
+    host::proc_devices::CharMajors, kernel::programs_in_force::CgroupPolicy,
+    kernel::programs_in_force::PolicyProgram, kernel::programs_in_force::ProgramCache,
+    model::container::Container, model::exit_status, model::node::NvidiaNode,
+    render::output::Format,
 };
+use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer};
 
 /// Nodes that should exist on a host with the driver and nvidia_uvm loaded.
 const EXPECTED: [&str; 4] = [
@@ -117,7 +115,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let majors = CharMajors::read().context("reading /proc/devices")?;
     let policy = CgroupPolicy::read(mount, &relative, &mut ProgramCache::default())?;
     let v1 = match pid {
-        Some(pid) => DevicesList::for_pid(pid)
+        Some(pid) => crate::host::proc_pid::devices_list_of(pid)
             .with_context(|| format!("reading the v1 devices cgroup of pid {pid}"))?,
         None => None,
     };
@@ -185,7 +183,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         Format::Json => writeln!(out, "{}", serde_json::to_string(&report)?)?,
         Format::Human => write_human(&mut out, &report)?,
     }
-    Ok(if usable { 0 } else { 1 })
+    Ok(if usable {
+        exit_status::OK
+    } else {
+        exit_status::FAILURE
+    })
 }
 
 fn same_root(root: &Path) -> bool {

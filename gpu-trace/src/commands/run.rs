@@ -24,16 +24,24 @@ use tokio::{
 };
 
 use crate::{
-    cgroup::{place_child_in, CgroupPaths},
+    analysis::pipeline::Pipeline,
+    cgroup::paths::CgroupPaths,
+    cgroup::spawn::place_child_in,
+    cgroup::target::cgroup_dir,
+    cgroup::target::container_dir,
+    cli::tracer_config,
     cli::RunArgs,
-    commands::watch::tracer_config,
-    devices::CharMajors,
-    output::{write_record, Format},
-    pipeline::Pipeline,
-    preflight::{check_host, Host},
-    report::Report,
-    target::{cgroup_dir, container_dir},
-    tracer::{Tracer, WakeupPacing, DRAIN_BATCH},
+    host::preflight::check_host,
+    host::preflight::Host,
+    host::proc_devices::CharMajors,
+    kernel::tracer::Tracer,
+    kernel::tracer::WakeupPacing,
+    kernel::tracer::DRAIN_BATCH,
+    model::exit_status,
+    render::announce::{hook_lines, Hooks},
+    render::output::write_record,
+    render::output::Format,
+    render::run_report::Report,
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -48,20 +56,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut config = tracer_config(&args.devices, &majors, true, args.tracer);
     config.follow_process_tree = true;
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    // Only what this trace lacks: a device hook replaced by another is not news.
-    for hook in tracer
-        .hooks()
-        .iter()
-        .filter(|h| h.refused.is_some() && !h.stood_in_for)
-    {
-        eprintln!(
-            "gpu-trace: hook refused: {}: {}",
-            hook.name,
-            hook.refused.as_deref().unwrap_or("")
-        );
+    for line in hook_lines(&tracer, Hooks::Missing) {
+        eprintln!("gpu-trace: {line}");
     }
     let mut pipeline = Pipeline::new(
-        cgroups.with_cgroups_made(tracer.take_cgroup_paths()),
+        cgroups.with_cgroups_made(
+            tracer
+                .take_cgroup_paths()
+                .map(|made| move |id| made.path(id)),
+        ),
         majors,
     );
 
@@ -205,8 +208,8 @@ fn forward(child: u32, signal: Signal, from_keyboard: bool) {
 
 fn spawn_error(program: &OsString, error: io::Error) -> anyhow::Error {
     let code = match error.kind() {
-        io::ErrorKind::NotFound => 127,
-        _ => 126,
+        io::ErrorKind::NotFound => exit_status::COMMAND_NOT_FOUND,
+        _ => exit_status::COMMAND_NOT_EXECUTABLE,
     };
     CommandNotStarted {
         code,
@@ -228,7 +231,7 @@ fn exit_code_of(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
         (None, Some(signal)) => 128u8.saturating_add(signal as u8),
-        (None, None) => 1,
+        (None, None) => exit_status::FAILURE,
     }
 }
 

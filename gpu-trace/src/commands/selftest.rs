@@ -17,17 +17,26 @@ use anyhow::Context;
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{
-    attribution::DeniedBy,
-    cgroup::CgroupPaths,
+    analysis::pipeline::Pipeline,
+    cgroup::paths::CgroupPaths,
     cli::TracerArgs,
-    devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
-    enrich::Record,
-    event::Verdict,
-    output::{errno_name, human_line},
-    pipeline::Pipeline,
-    preflight::check_host,
-    scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
-    tracer::{Tracer, TracerConfig},
+    host::preflight::check_host,
+    host::proc_devices::CharMajors,
+    kernel::tracer::Tracer,
+    kernel::tracer::TracerConfig,
+    model::access::Verdict,
+    model::denied_by::DeniedBy,
+    model::node::NVIDIA_FRONTEND_MAJOR,
+    model::record::Record,
+    render::announce::{hook_lines, Hooks},
+    render::output::errno_name,
+    render::output::human_line,
+    scenario::run_probe,
+    scenario::DeviceNodes,
+    scenario::OpenMode,
+    scenario::ProbeOp,
+    scenario::ScratchCgroup,
+    scenario::ScratchPolicy,
 };
 
 /// How long to wait for the tracer's events after the child has exited.
@@ -77,13 +86,9 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
         ..TracerConfig::default()
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    for hook in tracer.hooks() {
-        match &hook.refused {
-            None => println!("  hook active: {}", hook.name),
-            Some(why) => println!("  hook refused: {}: {why}", hook.name),
-        }
+    for line in hook_lines(&tracer, Hooks::All) {
+        println!("  {line}");
     }
-    println!("  verdict source: {}", tracer.verdict_source().describe());
 
     let allowed_node = nodes.path("nvidia0");
     let denied_node = nodes.path("nvidia-uvm");
@@ -104,8 +109,11 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
         child.pid
     );
 
-    let cgroups =
-        CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
+    let cgroups = CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(
+        tracer
+            .take_cgroup_paths()
+            .map(|made| move |id| made.path(id)),
+    );
     let mut pipeline = Pipeline::new(cgroups, majors.clone());
     let records = collect_child_events(&mut tracer, &mut pipeline, child.pid, 2);
     println!();

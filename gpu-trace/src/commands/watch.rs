@@ -10,18 +10,13 @@ use tokio::{
 };
 
 use crate::{
-    cgroup::CgroupPaths,
-    cli::{DeviceSelection, TracerArgs, WatchArgs},
-    devices::CharMajors,
-    enrich::Enricher,
-    filter::Filter,
-    fold::Folder,
-    metrics::Metrics,
-    output::{write_record, Format},
-    pipeline::Pipeline,
-    preflight::check_host,
-    sink::Sink,
-    tracer::{Tracer, TracerConfig, WakeupPacing, DRAIN_BATCH, RING_CAPACITY_EVENTS},
+    analysis::enrich::Enricher, analysis::pipeline::Pipeline, cgroup::paths::CgroupPaths,
+    cli::tracer_config, cli::WatchArgs, host::preflight::check_host,
+    host::proc_devices::CharMajors, kernel::tracer::Tracer, kernel::tracer::TracerConfig,
+    kernel::tracer::WakeupPacing, kernel::tracer::DRAIN_BATCH,
+    kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce, render::output::write_record,
+    render::output::Format, stream::filter::Filter, stream::fold::Folder, stream::metrics::Metrics,
+    stream::sink::Sink,
 };
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,
@@ -49,8 +44,11 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         None => Sink::stdout(),
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    let cgroups =
-        CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
+    let cgroups = CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(
+        tracer
+            .take_cgroup_paths()
+            .map(|made| move |id| made.path(id)),
+    );
     let mut pipeline = Pipeline::new(cgroups, majors);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -84,57 +82,6 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         tally.events, tally.denied
     );
     Ok(())
-}
-
-/// The kernel-side filter: NVIDIA's majors known now plus the user's.
-pub fn tracer_config(
-    devices: &DeviceSelection,
-    majors: &CharMajors,
-    report_allowed: bool,
-    tracer: TracerArgs,
-) -> TracerConfig {
-    let mut watched = majors.nvidia_majors();
-    watched.extend(&devices.majors);
-    watched.sort_unstable();
-    watched.dedup();
-    TracerConfig {
-        majors: watched,
-        all_devices: devices.all_devices,
-        report_allowed,
-        follow_process_tree: false,
-        hook: tracer.hook,
-        device_hook_only: tracer.device_hook_only,
-    }
-}
-
-/// Says once which hooks are active (and which were refused, with what
-/// stands in for them); the last line tells scripts the tracer is ready.
-pub fn announce(tracer: &Tracer, config: &TracerConfig) {
-    for note in tracer.notes() {
-        eprintln!("gpu-trace: {note}");
-    }
-    for hook in tracer.hooks() {
-        match &hook.refused {
-            None => eprintln!("gpu-trace: hook active: {}", hook.name),
-            Some(why) => eprintln!("gpu-trace: hook refused: {}: {why}", hook.name),
-        }
-    }
-    eprintln!(
-        "gpu-trace: verdict source: {}",
-        tracer.verdict_source().describe()
-    );
-    let what = if config.all_devices {
-        "every device".to_string()
-    } else {
-        let list: Vec<String> = config.majors.iter().map(u32::to_string).collect();
-        format!("char majors {}", list.join(", "))
-    };
-    let which = if config.report_allowed {
-        "all accesses"
-    } else {
-        "denied accesses"
-    };
-    eprintln!("gpu-trace: ready: watching {which} to {what}");
 }
 
 /// Everything between the ring buffer and the output.

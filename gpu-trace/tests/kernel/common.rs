@@ -13,9 +13,9 @@ use std::{
 };
 
 use gpu_trace::{
-    devices::{CharMajors, NVIDIA_FRONTEND_MAJOR},
-    preflight::{check_host, Host},
-    scenario::{DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
+    host::preflight::check_host, host::preflight::Host, host::proc_devices::CharMajors,
+    model::node::NVIDIA_FRONTEND_MAJOR, scenario::DeviceNodes, scenario::OpenMode,
+    scenario::ProbeOp, scenario::ScratchCgroup, scenario::ScratchPolicy,
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{

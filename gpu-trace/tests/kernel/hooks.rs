@@ -4,7 +4,7 @@
 use std::{path::Path, process::Command};
 
 use aya::util::KernelVersion;
-use gpu_trace::{event::VerdictSource, scenario::run_probe};
+use gpu_trace::{model::access::VerdictSource, scenario::run_probe};
 use serde_json::Value;
 
 use crate::common::*;

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_trace::scenario::{DeviceNodes, OpenMode, ProbeOp};
+use gpu_trace::{scenario::DeviceNodes, scenario::OpenMode, scenario::ProbeOp};
 use serde_json::Value;
 
 use crate::common::*;
@@ -132,7 +132,7 @@ impl Drop for LxcContainer {
             let _ = child.wait();
         }
         // Whatever LXC could not remove (a test that died mid-way).
-        let mount = gpu_trace::cgroup::cgroup2_mount().ok().flatten();
+        let mount = gpu_trace::host::mountinfo::cgroup2_mount().ok().flatten();
         for kind in ["payload", "monitor"] {
             let Some(mount) = &mount else { break };
             let dir = mount.join(format!("lxc.{kind}.{}", self.name));
@@ -176,7 +176,7 @@ pub fn allowlist_rules(allowed: &[&str]) -> Vec<String> {
 }
 
 /// LXC and busybox-static are test dependencies (`cargo xtask test` installs them).
-pub fn lxc_test(name: &str) -> Option<gpu_trace::preflight::Host> {
+pub fn lxc_test(name: &str) -> Option<gpu_trace::host::preflight::Host> {
     let host = kernel_test(name)?;
     let present = Command::new("lxc-execute")
         .arg("--version")

@@ -10,10 +10,9 @@ use std::{
 };
 
 use gpu_trace::{
-    devices_list::{DevicesList, V1Answer},
-    scenario::run_probe_in,
-    target::first_pid_in,
+    cgroup::target::first_pid_in, host::proc_pid::devices_list_of, scenario::run_probe_in,
 };
+use gpu_trace_policy::V1Answer;
 use serde_json::{json, Value};
 
 use crate::{common::*, lxc::lxc_test, policy::*};
@@ -115,7 +114,7 @@ impl Drop for RuncContainer {
     }
 }
 
-fn runc_test(name: &str) -> Option<gpu_trace::preflight::Host> {
+fn runc_test(name: &str) -> Option<gpu_trace::host::preflight::Host> {
     let host = lxc_test(name)?; // busybox-static, root, cgroup2
     if !Command::new("runc")
         .arg("--version")
@@ -157,7 +156,9 @@ fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
         return;
     };
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let Some(v1_devices) = gpu_trace::cgroup::v1_controller_mount_in(&mountinfo, "devices") else {
+    let Some(v1_devices) =
+        gpu_trace::host::mountinfo::v1_controller_mount_in(&mountinfo, "devices")
+    else {
         eprintln!("skipping devices_list_matches_the_kernel_for_runcs_v1_rules: no cgroup v1 devices controller mounted");
         return;
     };
@@ -165,7 +166,7 @@ fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
     let container = RuncContainer::start("runc-v1", &[195], false);
     let v1_dir = v1_devices.join(container.cgroup.trim_start_matches('/'));
     let pid = first_pid_in(&v1_dir).expect("runc's process in its v1 devices cgroup");
-    let list = DevicesList::for_pid(pid)
+    let list = devices_list_of(pid)
         .expect("read devices.list")
         .expect("v1 devices cgroup");
     assert_eq!(list.cgroup, container.cgroup);

@@ -104,7 +104,7 @@ fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() 
     denying.start();
     let cgroup = denying.wait_running(&host.cgroup2_mount);
     // By a process in the container, as a user holding its pid would ask.
-    let pid = gpu_trace::target::first_pid_in(&cgroup)
+    let pid = gpu_trace::cgroup::target::first_pid_in(&cgroup)
         .expect("the container's process")
         .to_string();
     let (status, by_pid) = check_json(&["--pid", &pid], &proc_devices);

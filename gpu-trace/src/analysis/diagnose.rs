@@ -1,0 +1,670 @@
+//! From what was seen to why it failed and what to change: a named root
+//! cause and a fix in the words of the container's runtime.
+//!
+//! The catalogue of causes is documented in README.md ("Root causes").
+
+use crate::model::diagnosis::Cause;
+use crate::model::diagnosis::Diagnosis;
+
+use std::{path::Path, rc::Rc};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::{
+    host::proc_devices::CharMajors, model::access::Verdict, model::container::Container,
+    model::container::Runtime, model::denied_by::DeniedBy, model::node::NvidiaNode,
+    model::record::Record,
+};
+
+/// What the cause functions below work out; `Diagnosis` adds the renderings.
+struct Parts {
+    cause: Cause,
+    explanation: String,
+    fix: Vec<String>,
+}
+
+impl From<Parts> for Diagnosis {
+    fn from(parts: Parts) -> Self {
+        Diagnosis::new(parts.cause, parts.explanation, parts.fix)
+    }
+}
+
+/// Remembers which (cgroup, device) pairs were allowed, to recognise rules
+/// rewritten while a container runs, and caches diagnoses: a denial
+/// retried in a loop is diagnosed once.
+#[derive(Debug, Default)]
+pub struct Diagnoser {
+    allowed: FxHashSet<(u64, u32, u32)>,
+    /// cgroups in which the NVIDIA frontend (195) was seen allowed.
+    frontend_allowed: FxHashSet<u64>,
+    cache: FxHashMap<DiagnosisKey, Option<Rc<Diagnosis>>>,
+    /// Which /proc/devices snapshot (its generation) the cache was filled against.
+    majors_seen: Option<u64>,
+}
+
+/// Everything a diagnosis depends on besides what `Diagnoser` learns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DiagnosisKey {
+    cgroup_id: u64,
+    device: (bool, u32, u32),
+    access: u16,
+    verdict: Verdict,
+    ret: Option<i32>,
+    uid: u32,
+    path: Option<Vec<u8>>,
+    /// The culprit as attribution cached it (same answer, same allocation).
+    culprit: Option<usize>,
+}
+
+/// Enough for every distinct problem a host shows at once; a flood of
+/// distinct paths only empties it more often.
+const CACHE_LIMIT: usize = 4096;
+
+impl Diagnoser {
+    /// Learns from every record; returns a diagnosis for problems.
+    /// `majors_generation` changes whenever `majors` does.
+    pub fn diagnose(
+        &mut self,
+        record: &Record,
+        majors: &CharMajors,
+        majors_generation: u64,
+    ) -> Option<Rc<Diagnosis>> {
+        let learned = self.learn(record);
+        if learned || self.majors_seen != Some(majors_generation) || self.cache.len() >= CACHE_LIMIT
+        {
+            self.cache.clear();
+            self.majors_seen = Some(majors_generation);
+        }
+        let a = &record.access;
+        let key = DiagnosisKey {
+            cgroup_id: a.cgroup_id,
+            device: (a.device_seen, a.major, a.minor),
+            access: a.access,
+            verdict: a.verdict,
+            ret: a.open.as_ref().and_then(|o| o.ret),
+            uid: a.uid,
+            path: a.open.as_ref().map(|o| o.path.clone()),
+            culprit: record.denied_by.as_ref().map(|d| Rc::as_ptr(d) as usize),
+        };
+        if let Some(known) = self.cache.get(&key) {
+            return known.clone();
+        }
+        let diagnosis = self
+            .work_out(record, majors)
+            .map(|parts| Rc::new(Diagnosis::from(parts)));
+        self.cache.insert(key, diagnosis.clone());
+        diagnosis
+    }
+
+    /// Records allowed accesses; true when that changes what is known.
+    fn learn(&mut self, record: &Record) -> bool {
+        let a = &record.access;
+        if a.verdict != Verdict::Allowed {
+            return false;
+        }
+        let new_pair = self.allowed.insert((a.cgroup_id, a.major, a.minor));
+        let new_frontend = record.node.is_some_and(|n| !n.has_dynamic_major())
+            && self.frontend_allowed.insert(a.cgroup_id);
+        new_pair || new_frontend
+    }
+
+    fn work_out(&self, record: &Record, majors: &CharMajors) -> Option<Parts> {
+        let a = &record.access;
+        let errno = a.open.as_ref().and_then(|o| o.errno());
+        Some(match a.verdict {
+            Verdict::Allowed => return stale_node_opened(record, majors),
+            Verdict::FailedBeforeDeviceCheck if errno == Some(libc::EACCES) => {
+                file_permissions(record)
+            }
+            Verdict::FailedBeforeDeviceCheck => node_missing(record),
+            Verdict::DeniedAfterBpf => v1_devices_list(record),
+            // Denied reaches here only unattributed; BPF is the usual layer.
+            Verdict::DeniedByBpfPolicy | Verdict::Denied => {
+                if self.allowed.contains(&(a.cgroup_id, a.major, a.minor)) {
+                    rules_rewritten(record)
+                } else if let Some(stale) = stale_major(record, majors) {
+                    stale
+                } else if record.node.is_some_and(NvidiaNode::has_dynamic_major) {
+                    dynamic_major_not_allowed(
+                        record,
+                        majors,
+                        self.frontend_allowed.contains(&a.cgroup_id),
+                    )
+                } else {
+                    device_denied(record)
+                }
+            }
+        })
+    }
+}
+
+fn path_of(record: &Record) -> String {
+    match (&record.access.open, record.node) {
+        (Some(open), _) => String::from_utf8_lossy(&open.path).into_owned(),
+        (None, Some(node)) => node.dev_path(),
+        (None, None) => "(device)".into(),
+    }
+}
+
+/// "the device policy prog 920 (lxc_dev) at /lxc/200 (of ct 200)" when
+/// attribution found the program, else "the device policy of ct 200".
+fn policy_text(record: &Record) -> String {
+    match record.denied_by.as_deref().map(|c| &**c) {
+        Some(culprit @ DeniedBy::Program { .. }) => {
+            format!(
+                "the device policy {} (of {})",
+                culprit.describe(),
+                record.container.label()
+            )
+        }
+        _ => format!("the device policy of {}", record.container.label()),
+    }
+}
+
+fn device_text(record: &Record) -> String {
+    let a = &record.access;
+    let name = record.device.as_deref().unwrap_or("device");
+    format!("{name} (c {}:{})", a.major, a.minor)
+}
+
+/// Today's major of the node's driver, per /proc/devices.
+fn todays_major(node: NvidiaNode, majors: &CharMajors) -> Option<u32> {
+    if !node.has_dynamic_major() {
+        return Some(crate::model::node::NVIDIA_FRONTEND_MAJOR);
+    }
+    majors
+        .nvidia_majors()
+        .into_iter()
+        .find(|&m| majors.driver(m) == Some(node.driver()))
+}
+
+fn dynamic_major_not_allowed(
+    record: &Record,
+    majors: &CharMajors,
+    frontend_allowed: bool,
+) -> Parts {
+    let node = record.node.expect("checked by the caller");
+    let major = todays_major(node, majors).unwrap_or(record.access.major);
+    let frontend = if frontend_allowed {
+        "it allows the NVIDIA frontend (major 195, seen allowed) but not"
+    } else {
+        "it does not allow"
+    };
+    Parts {
+        cause: Cause::DynamicMajorNotAllowed,
+        explanation: format!(
+            "{} denies {}: {frontend} {}'s major {major}, which the kernel assigns when the module loads and which can change after a reboot or driver update",
+            policy_text(record),
+            device_text(record),
+            node.driver(),
+        ),
+        fix: allow_device(&record.container, &node.dev_path(), major, node),
+    }
+}
+
+/// The node carries a major that is not its driver's today.
+fn stale_major(record: &Record, majors: &CharMajors) -> Option<Parts> {
+    let a = &record.access;
+    let node = NvidiaNode::from_path(&a.open.as_ref()?.path)?;
+    let today = todays_major(node, majors)?;
+    if today == a.major {
+        return None;
+    }
+    let path = path_of(record);
+    let mut fix = vec![format!(
+        "recreate {path} with today's major: on the host `nvidia-modprobe -u -c=0` (or `mknod -m 666 {path} c {today} {}`), and restart what bind-mounts it",
+        a.minor
+    )];
+    fix.extend(allow_device(
+        &record.container,
+        &node.dev_path(),
+        today,
+        node,
+    ));
+    Some(Parts {
+        cause: Cause::StaleMajor,
+        explanation: format!(
+            "{path} is c {}:{} but {} has major {today} today (/proc/devices): the node, and maybe the allow rule, predate a reboot or driver update",
+            a.major,
+            a.minor,
+            node.driver()
+        ),
+        fix,
+    })
+}
+
+/// An allowed open that still failed with ENXIO because the node's major
+/// belongs to no driver: the stale-major case where the policy let it by.
+fn stale_node_opened(record: &Record, majors: &CharMajors) -> Option<Parts> {
+    let errno = record.access.open.as_ref()?.errno()?;
+    (errno == libc::ENXIO && record.driver.is_none()).then(|| stale_major(record, majors))?
+}
+
+fn rules_rewritten(record: &Record) -> Parts {
+    let node = record.node;
+    let driver = node.map_or("nvidia-uvm", NvidiaNode::driver);
+    let fix = match record.container.runtime {
+        Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio => vec![
+            "give the container its GPUs as devices (`--gpus all` / `--device`, or CDI specs) so reloads keep them".to_string(),
+            "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
+            "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),
+        ],
+        Runtime::Systemd => vec![format!(
+            "in {}: DeviceAllow=char-{driver} rw (a rule by driver name survives reloads and new majors)",
+            record.container.id
+        )],
+        _ => allow_device(
+            &record.container,
+            &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
+            record.access.major,
+            node.unwrap_or(NvidiaNode::Uvm),
+        ),
+    };
+    Parts {
+        cause: Cause::RulesRewritten,
+        explanation: format!(
+            "{} opened {} earlier in this trace and is now denied: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs)",
+            record.container.label(),
+            device_text(record)
+        ),
+        fix,
+    }
+}
+
+fn node_missing(record: &Record) -> Parts {
+    let path = path_of(record);
+    let (why, fix) = match NvidiaNode::from_path(path.as_bytes()) {
+        Some(NvidiaNode::Uvm | NvidiaNode::UvmTools) => (
+            if uvm_module_loaded() {
+                "the nvidia_uvm module is loaded but the node was never created"
+            } else {
+                "the nvidia_uvm module is not loaded, so the node was never created"
+            },
+            "on the host: `nvidia-modprobe -u -c=0` (loads nvidia_uvm and creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools)".to_string(),
+        ),
+        Some(NvidiaNode::Modeset) => (
+            "nvidia-modeset was never created",
+            "on the host: `nvidia-modprobe -m` (loads nvidia_modeset and creates /dev/nvidia-modeset)".to_string(),
+        ),
+        Some(NvidiaNode::Gpu(n)) => ("the GPU node was never created", format!("on the host: `nvidia-modprobe -c={n}`")),
+        Some(NvidiaNode::Cap(_)) => (
+            "the MIG capability node was never created",
+            "on the host: `nvidia-modprobe -f /proc/driver/nvidia/capabilities/...` for the capability, or `nvidia-ctk system create-device-nodes --control-devices`".to_string(),
+        ),
+        _ => ("the node does not exist", "check that the NVIDIA driver is loaded on the host (`nvidia-smi`)".to_string()),
+    };
+    let mut fixes = vec![fix];
+    if record.container.runtime != Runtime::Cgroup {
+        fixes.push(format!(
+            "then make it visible in {} (it needs the node bind-mounted or passed as a device)",
+            record.container.label()
+        ));
+    }
+    Parts {
+        cause: Cause::NodeMissing,
+        explanation: format!("{path} does not exist (ENOENT): {why}"),
+        fix: fixes,
+    }
+}
+
+fn uvm_module_loaded() -> bool {
+    Path::new("/sys/module/nvidia_uvm").exists()
+}
+
+fn file_permissions(record: &Record) -> Parts {
+    let path = path_of(record);
+    Parts {
+        cause: Cause::FilePermissions,
+        explanation: format!(
+            "{path} refused uid {} with EACCES: its file mode or group does not let this user in; this is not the device policy",
+            record.access.uid
+        ),
+        fix: vec![
+            format!("check `ls -l {path}`: NVIDIA's nodes are normally crw-rw-rw-"),
+            "add the user to the node's group (video or render), or set the driver's NVreg_DeviceFileMode / NVreg_DeviceFileGID module options".to_string(),
+        ],
+    }
+}
+
+fn v1_devices_list(record: &Record) -> Parts {
+    let a = &record.access;
+    Parts {
+        cause: Cause::V1DevicesList,
+        explanation: format!(
+            "the BPF device policies allowed {} for {}, but the open still got EPERM: the cgroup v1 devices controller (devices.list) denies it",
+            device_text(record),
+            record.container.label()
+        ),
+        fix: vec![
+            format!(
+                "for now: `echo 'c {}:* rwm' > /sys/fs/cgroup/devices/<cgroup of the process>/devices.allow` (see /proc/PID/cgroup)",
+                a.major
+            ),
+            format!(
+                "to keep it: add the rule to the runtime's config (LXC on cgroup v1: `lxc.cgroup.devices.allow: c {}:* rwm`; Docker: `--device-cgroup-rule='c {}:* rmw'`)",
+                a.major, a.major
+            ),
+        ],
+    }
+}
+
+fn device_denied(record: &Record) -> Parts {
+    let node = record.node;
+    Parts {
+        cause: Cause::DeviceDenied,
+        explanation: format!("{} denies {}", policy_text(record), device_text(record)),
+        fix: allow_device(
+            &record.container,
+            &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
+            record.access.major,
+            node.unwrap_or(NvidiaNode::Gpu(0)),
+        ),
+    }
+}
+
+/// How to allow char major `major` (and see `node_path`) in this runtime.
+pub fn allow_device(
+    container: &Container,
+    node_path: &str,
+    major: u32,
+    node: NvidiaNode,
+) -> Vec<String> {
+    let in_container = node_path.trim_start_matches('/');
+    match container.runtime {
+        Runtime::Lxc => {
+            let proxmox = container.id.chars().all(|c| c.is_ascii_digit());
+            let config = if proxmox {
+                format!("/etc/pve/lxc/{}.conf", container.id)
+            } else {
+                format!("/var/lib/lxc/{}/config", container.id)
+            };
+            let restart = if proxmox {
+                format!("pct reboot {}", container.id)
+            } else {
+                format!("lxc-stop -n {0} && lxc-start -n {0}", container.id)
+            };
+            let mut fix = vec![
+                format!("add to {config}: `lxc.cgroup2.devices.allow: c {major}:* rwm`"),
+                format!("and, if the node is not in the container yet: `lxc.mount.entry: {node_path} {in_container} none bind,optional,create=file`"),
+            ];
+            if proxmox {
+                fix.push(format!("(on Proxmox VE 8.1 or later, `devN: {node_path}` passes the node through instead)"));
+            }
+            fix.push(format!("then restart the container: `{restart}`"));
+            fix
+        }
+        Runtime::Docker => vec![format!(
+            "recreate the container with `--device {node_path}` (or `--device-cgroup-rule='c {major}:* rmw'`); with the NVIDIA Container Toolkit, `--gpus all` adds every node"
+        )],
+        Runtime::Podman => vec![format!("recreate the container with `--device {node_path}` (or, with CDI specs, `--device nvidia.com/gpu=all`)")],
+        Runtime::Containerd | Runtime::Crio => vec![
+            "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
+            format!("the node must be allowed as c {major}:* rw in the container's device rules"),
+        ],
+        Runtime::Systemd => vec![format!(
+            "in {}: `DeviceAllow=char-{} rw` (follows the driver's major; `systemctl edit {}`)",
+            container.id,
+            node.driver(),
+            container.id
+        )],
+        Runtime::Cgroup => vec![format!(
+            "allow c {major}:* rwm in the device policy attached to {} or an ancestor (`bpftool cgroup tree` lists it), i.e. in whatever manages that cgroup",
+            container.cgroup
+        )],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::diagnosis::Cause;
+    use crate::model::diagnosis::Diagnosis;
+    use crate::{
+        cgroup::identity::identify, cgroup::identity::NameSources, model::access::DeviceAccess,
+        model::access::OpenCall, model::access::VerdictSource,
+    };
+    use std::time::SystemTime;
+
+    const PROC_DEVICES: &str = "Character devices:\n195 nvidia-frontend\n509 nvidia-uvm\n";
+
+    fn record(
+        cgroup: &str,
+        path: &str,
+        major: u32,
+        minor: u32,
+        verdict: Verdict,
+        ret: i32,
+    ) -> Record {
+        let majors = CharMajors::parse(PROC_DEVICES);
+        let driver = majors.driver(major).map(str::to_string);
+        let node = driver
+            .as_deref()
+            .and_then(|d| NvidiaNode::from_device(d, minor))
+            .or_else(|| NvidiaNode::from_path(path.as_bytes()));
+        Record {
+            access: DeviceAccess {
+                boot_ns: 0,
+                pid: 1,
+                tid: 1,
+                uid: 1000,
+                comm: b"python3".to_vec(),
+                cgroup_id: 7,
+                device_seen: verdict != Verdict::FailedBeforeDeviceCheck,
+                block_device: false,
+                major,
+                minor,
+                access: 6,
+                verdict,
+                bpf_retval: if verdict == Verdict::DeniedByBpfPolicy {
+                    -1
+                } else {
+                    0
+                },
+                verdict_from: VerdictSource::BpfRetval,
+                open: Some(OpenCall {
+                    syscall: "openat",
+                    path: path.into(),
+                    path_truncated: false,
+                    ret: Some(ret),
+                }),
+            },
+            time: SystemTime::UNIX_EPOCH,
+            count: 1,
+            first_seen: SystemTime::UNIX_EPOCH,
+            last_seen: SystemTime::UNIX_EPOCH,
+            cgroup: Some(cgroup.into()),
+            container: Rc::new(crate::model::rendered::Rendered::new(identify(
+                cgroup,
+                &NameSources {
+                    pve_lxc_dir: "/none".into(),
+                    docker_containers_dir: "/none".into(),
+                },
+            ))),
+            driver,
+            device: node.map(NvidiaNode::name),
+            node,
+            denied_by: None,
+            diagnosis: None,
+        }
+    }
+
+    fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
+        d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)
+    }
+
+    #[test]
+    fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {
+        let mut d = Diagnoser::default();
+        let ctl = record("/lxc/200", "/dev/nvidiactl", 195, 255, Verdict::Allowed, 3);
+        assert!(diagnose(&mut d, &ctl).is_none());
+        let uvm = record(
+            "/lxc/200",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        let diag = diagnose(&mut d, &uvm).expect("a diagnosis");
+        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        assert!(
+            diag.explanation.contains("ct 200")
+                && diag.explanation.contains("major 195, seen allowed"),
+            "{diag:?}"
+        );
+        assert!(
+            diag.fix[0].contains("/etc/pve/lxc/200.conf")
+                && diag.fix[0].contains("lxc.cgroup2.devices.allow: c 509:* rwm"),
+            "{diag:?}"
+        );
+        assert!(diag.hint.contains("pct reboot 200"));
+    }
+
+    #[test]
+    fn stand_in_major_with_no_driver_is_named_by_its_path() {
+        let mut d = Diagnoser::default();
+        let majors = CharMajors::parse("Character devices:\n  1 mem\n");
+        let mut r = record(
+            "/lxc.payload.box",
+            "/tmp/n/nvidia-uvm",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -1,
+        );
+        r.driver = None;
+        let diag = d.diagnose(&r, &majors, 1).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        assert!(
+            diag.fix[0].contains("c 511:* rwm") && diag.fix[0].contains("/var/lib/lxc/box/config"),
+            "{diag:?}"
+        );
+    }
+
+    #[test]
+    fn node_with_an_old_major_is_stale() {
+        let mut d = Diagnoser::default();
+        // Denied: the old major 511 is not in the policy.
+        let denied = record(
+            "/lxc/200",
+            "/dev/nvidia-uvm",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -1,
+        );
+        let diag = diagnose(&mut d, &denied).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::StaleMajor);
+        assert!(diag.explanation.contains("major 509 today"), "{diag:?}");
+        assert!(
+            diag.fix.iter().any(|f| f.contains("c 509:* rwm")),
+            "{diag:?}"
+        );
+        // Allowed, but no driver behind the old major: ENXIO.
+        let enxio = record(
+            "/lxc/201",
+            "/dev/nvidia-uvm",
+            511,
+            0,
+            Verdict::Allowed,
+            -libc::ENXIO,
+        );
+        assert_eq!(
+            diagnose(&mut d, &enxio).map(|x| x.cause),
+            Some(Cause::StaleMajor)
+        );
+    }
+
+    #[test]
+    fn allowed_then_denied_means_rules_were_rewritten() {
+        let mut d = Diagnoser::default();
+        let path = "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
+        assert!(diagnose(
+            &mut d,
+            &record(path, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3)
+        )
+        .is_none());
+        let diag = diagnose(
+            &mut d,
+            &record(path, "/dev/nvidia0", 195, 0, Verdict::DeniedByBpfPolicy, -1),
+        )
+        .expect("diagnosis");
+        assert_eq!(diag.cause, Cause::RulesRewritten);
+        assert!(diag.hint.contains("create-dev-char-symlinks"), "{diag:?}");
+    }
+
+    #[test]
+    fn enoent_and_eacces_are_not_policy_problems() {
+        let mut d = Diagnoser::default();
+        let missing = record(
+            "/",
+            "/dev/nvidia-uvm",
+            0,
+            0,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::ENOENT,
+        );
+        let diag = diagnose(&mut d, &missing).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::NodeMissing);
+        assert!(diag.fix[0].contains("nvidia-modprobe -u -c=0"), "{diag:?}");
+        let modeset = record(
+            "/",
+            "/dev/nvidia-modeset",
+            0,
+            0,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::ENOENT,
+        );
+        assert!(
+            diagnose(&mut d, &modeset).expect("diagnosis").fix[0].contains("nvidia-modprobe -m")
+        );
+        let eacces = record(
+            "/",
+            "/dev/nvidia0",
+            0,
+            0,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::EACCES,
+        );
+        let diag = diagnose(&mut d, &eacces).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::FilePermissions);
+        assert!(diag.explanation.contains("not the device policy"));
+    }
+
+    #[test]
+    fn v1_denial_points_at_devices_list() {
+        let mut d = Diagnoser::default();
+        let r = record(
+            "/docker/abc",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedAfterBpf,
+            -1,
+        );
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::V1DevicesList);
+        assert!(diag.hint.contains("devices.allow") && diag.hint.contains("c 509:* rmw"));
+    }
+
+    #[test]
+    fn fixes_speak_each_runtime() {
+        let fix = |cgroup: &str| {
+            allow_device(
+                &identify(cgroup, &NameSources::default()),
+                "/dev/nvidia-uvm",
+                509,
+                NvidiaNode::Uvm,
+            )
+            .join(" ")
+        };
+        assert!(fix("/system.slice/ollama.service").contains("DeviceAllow=char-nvidia-uvm rw"));
+        assert!(
+            fix("/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8")
+                .contains("--device /dev/nvidia-uvm")
+        );
+        assert!(fix("/kubepods/besteffort/pod6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8").contains("nvidia.com/gpu"));
+        assert!(fix("/machine.slice/libpod-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope").contains("--device /dev/nvidia-uvm"));
+        assert!(fix("/user.slice").contains("bpftool cgroup tree"));
+    }
+}

@@ -1,0 +1,129 @@
+//! Typed events -> records a person can read: wall time, cgroup path,
+//! container, driver and node names.
+
+use crate::model::record::Record;
+
+use std::{
+    path::PathBuf,
+    rc::Rc,
+    time::{Duration, Instant},
+};
+
+use rustc_hash::FxHashMap;
+
+use crate::{
+    cgroup::identity::identify, cgroup::identity::NameSources, cgroup::paths::CgroupPaths,
+    host::clock::BootClock, host::proc_devices::CharMajors, model::access::DeviceAccess,
+    model::container::Container, model::node::major_owner, model::node::node_name,
+    model::node::NvidiaNode, model::rendered::Rendered,
+};
+
+pub struct Enricher {
+    cgroups: CgroupPaths,
+    containers: FxHashMap<u64, Rc<Rendered<Container>>>,
+    names: NameSources,
+    majors: CharMajors,
+    majors_read_at: Instant,
+    /// Bumped whenever `majors` changes, so that caches built on it know.
+    majors_generation: u64,
+    clock: BootClock,
+}
+
+/// How stale the /proc/devices snapshot may be when an unknown major shows up.
+const MAJORS_REFRESH: Duration = Duration::from_millis(500);
+
+impl Enricher {
+    pub fn new(cgroups: CgroupPaths, majors: CharMajors) -> Self {
+        Self {
+            cgroups,
+            containers: FxHashMap::default(),
+            names: NameSources::default(),
+            majors,
+            majors_read_at: Instant::now(),
+            majors_generation: 0,
+            clock: BootClock::now(),
+        }
+    }
+
+    pub fn majors(&self) -> &CharMajors {
+        &self.majors
+    }
+
+    pub fn majors_generation(&self) -> u64 {
+        self.majors_generation
+    }
+
+    /// Re-reads /proc/devices; returns true when it changed.
+    pub fn refresh_majors(&mut self) -> bool {
+        self.majors_read_at = Instant::now();
+        match CharMajors::read() {
+            Ok(now) if now != self.majors => {
+                self.majors = now;
+                self.majors_generation += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn enrich(&mut self, access: DeviceAccess) -> Record {
+        let char_device = access.device_seen && !access.block_device;
+        if char_device
+            && !self.majors.is_registered(access.major)
+            && self.majors_read_at.elapsed() > MAJORS_REFRESH
+        {
+            self.refresh_majors();
+        }
+        let driver = char_device
+            .then(|| self.majors.driver(access.major).map(str::to_string))
+            .flatten();
+        let from_path = || {
+            access
+                .open
+                .as_ref()
+                .and_then(|o| NvidiaNode::from_path(&o.path))
+        };
+        let node = match major_owner(driver.as_deref(), access.major).filter(|_| char_device) {
+            Some(owner) => NvidiaNode::from_device(owner, access.minor),
+            None => from_path(),
+        };
+        let device = match node {
+            Some(node) => Some(node.name()),
+            None if char_device => node_name(driver.as_deref(), access.major, access.minor),
+            None => None,
+        };
+        let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
+        let container = self.container(access.cgroup_id, cgroup.as_ref());
+        let time = self.clock.wall_time(access.boot_ns);
+        Record {
+            time,
+            count: 1,
+            first_seen: time,
+            last_seen: time,
+            cgroup,
+            container,
+            driver,
+            device,
+            node,
+            denied_by: None,
+            diagnosis: None,
+            access,
+        }
+    }
+
+    /// Identity per cgroup id, cached: names come from files on disk.
+    fn container(&mut self, cgroup_id: u64, cgroup: Option<&PathBuf>) -> Rc<Rendered<Container>> {
+        if let Some(known) = self.containers.get(&cgroup_id) {
+            return known.clone();
+        }
+        let path = cgroup.map_or_else(
+            || format!("(gone, id {cgroup_id})"),
+            |p| p.to_string_lossy().into_owned(),
+        );
+        let container = Rc::new(Rendered::new(identify(&path, &self.names)));
+        if cgroup.is_some() {
+            self.containers.insert(cgroup_id, container.clone());
+        }
+        container
+    }
+}

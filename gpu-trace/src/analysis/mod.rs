@@ -1,0 +1,8 @@
+//! From a typed access to a record that says who, which policy and why:
+//! enrich (names), attribute (the policy that denied it), diagnose (the
+//! root cause and its fix), in that order (`pipeline`).
+
+pub mod attribute;
+pub mod diagnose;
+pub mod enrich;
+pub mod pipeline;

@@ -1,0 +1,354 @@
+//! Which container a cgroup belongs to, from its path alone: no runtime
+//! socket needed. Names come from the runtimes' own files when readable.
+
+use crate::model::container::Container;
+use crate::model::container::Runtime;
+
+use std::fs;
+
+/// Where runtimes keep what names their containers; a root other than "/"
+/// lets tests use a fake tree.
+#[derive(Debug, Clone)]
+pub struct NameSources {
+    pub pve_lxc_dir: std::path::PathBuf,
+    pub docker_containers_dir: std::path::PathBuf,
+}
+
+impl Default for NameSources {
+    fn default() -> Self {
+        Self {
+            pve_lxc_dir: "/etc/pve/lxc".into(),
+            docker_containers_dir: "/var/lib/docker/containers".into(),
+        }
+    }
+}
+
+/// Identifies the container of a cgroup path (relative to the cgroup2
+/// mount). The innermost container wins (docker inside an LXC container is
+/// a docker container); a systemd unit counts only outside any container
+/// (a service inside an LXC container belongs to that container).
+pub fn identify(cgroup: &str, names: &NameSources) -> Container {
+    let components: Vec<&str> = cgroup.split('/').filter(|c| !c.is_empty()).collect();
+    let mut container = None;
+    let mut unit = None;
+    for (depth, component) in components.iter().enumerate() {
+        let prefix = format!("/{}", components[..=depth].join("/"));
+        let parent = depth.checked_sub(1).map(|d| components[d]);
+        match match_component(component, parent, &components[..depth]) {
+            Some(hit) if hit.0 == Runtime::Systemd => unit = unit.or(Some((hit, prefix))),
+            Some(hit) => container = Some((hit, prefix)),
+            None => {}
+        }
+    }
+    match container.or(unit) {
+        Some(((runtime, id, pod_uid), cgroup)) => {
+            let name = lookup_name(runtime, &id, names);
+            Container {
+                runtime,
+                id,
+                name,
+                pod_uid,
+                cgroup,
+            }
+        }
+        None => Container {
+            runtime: Runtime::Cgroup,
+            id: if cgroup.is_empty() {
+                "/".into()
+            } else {
+                cgroup.into()
+            },
+            name: None,
+            pod_uid: None,
+            cgroup: cgroup.into(),
+        },
+    }
+}
+
+type Hit = (Runtime, String, Option<String>);
+
+fn match_component(component: &str, parent: Option<&str>, ancestors: &[&str]) -> Option<Hit> {
+    let hit = |runtime, id: &str| Some((runtime, id.to_string(), pod_uid(ancestors)));
+    // LXC 4+: lxc.payload.NAME (lxc.monitor.NAME is LXC's own monitor, not the container).
+    if let Some(name) = component.strip_prefix("lxc.payload.") {
+        return hit(Runtime::Lxc, name);
+    }
+    // LXC before 4 and Proxmox: lxc/NAME (lxc/200 on Proxmox).
+    if parent == Some("lxc") && ancestors.len() == 1 {
+        return hit(Runtime::Lxc, component);
+    }
+    if let Some(id) = component
+        .strip_prefix("docker-")
+        .and_then(|r| r.strip_suffix(".scope"))
+    {
+        return hit(Runtime::Docker, id);
+    }
+    if parent == Some("docker") && is_container_id(component) {
+        return hit(Runtime::Docker, component);
+    }
+    if let Some(id) = component
+        .strip_prefix("cri-containerd-")
+        .and_then(|r| r.strip_suffix(".scope"))
+    {
+        return hit(Runtime::Containerd, id);
+    }
+    if let Some(id) = component
+        .strip_prefix("crio-")
+        .and_then(|r| r.strip_suffix(".scope"))
+    {
+        // crio-conmon-ID.scope is the monitor.
+        if !id.starts_with("conmon-") {
+            return hit(Runtime::Crio, id);
+        }
+    }
+    if let Some(id) = component
+        .strip_prefix("libpod-")
+        .and_then(|r| r.strip_suffix(".scope"))
+    {
+        if !id.starts_with("conmon-") {
+            return hit(Runtime::Podman, id);
+        }
+    }
+    // cgroupfs-driver Kubernetes: kubepods/burstable/pod<UID>/<ID>.
+    if parent.is_some_and(|p| p.starts_with("pod"))
+        && ancestors.iter().any(|a| a.starts_with("kubepods"))
+        && is_container_id(component)
+    {
+        return hit(Runtime::Containerd, component);
+    }
+    if let Some(unit) = component.strip_suffix(".service") {
+        return Some((Runtime::Systemd, format!("{unit}.service"), None));
+    }
+    None
+}
+
+fn is_container_id(text: &str) -> bool {
+    text.len() >= 12 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The pod UID of Kubernetes paths: kubepods-burstable-pod<UID>.slice (systemd
+/// driver, dashes for underscores) or pod<UID> (cgroupfs driver).
+fn pod_uid(ancestors: &[&str]) -> Option<String> {
+    ancestors.iter().rev().find_map(|a| {
+        let uid = a
+            .strip_suffix(".slice")
+            .map_or(*a, |s| s.rsplit_once("-pod").map_or(s, |(_, uid)| uid));
+        let uid = uid.strip_prefix("pod").unwrap_or(uid);
+        (a.contains("pod")
+            && uid.len() >= 32
+            && uid
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == '_' || c == '-'))
+        .then(|| uid.replace('_', "-"))
+    })
+}
+
+fn lookup_name(runtime: Runtime, id: &str, names: &NameSources) -> Option<String> {
+    match runtime {
+        Runtime::Lxc if id.chars().all(|c| c.is_ascii_digit()) => {
+            let config = fs::read_to_string(names.pve_lxc_dir.join(format!("{id}.conf"))).ok()?;
+            proxmox_hostname(&config)
+        }
+        Runtime::Lxc => Some(id.to_string()),
+        Runtime::Docker => {
+            let config =
+                fs::read_to_string(names.docker_containers_dir.join(id).join("config.v2.json"))
+                    .ok()?;
+            docker_name(&config)
+        }
+        Runtime::Systemd => Some(unescape_unit(id)),
+        _ => None,
+    }
+}
+
+/// "hostname: NAME" from a Proxmox CT config (the part before any [snapshot]).
+fn proxmox_hostname(config: &str) -> Option<String> {
+    config
+        .lines()
+        .take_while(|line| !line.starts_with('['))
+        .find_map(|line| line.strip_prefix("hostname:"))
+        .map(|name| name.trim().to_string())
+}
+
+/// "Name" from Docker's config.v2.json ("/web" -> "web").
+fn docker_name(config: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(config).ok()?;
+    let name = value.get("Name")?.as_str()?;
+    Some(name.trim_start_matches('/').to_string())
+}
+
+/// systemd's unit-name escaping: "\x2d" -> "-".
+pub fn unescape_unit(name: &str) -> String {
+    let mut out = Vec::with_capacity(name.len());
+    let bytes = name.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = bytes
+            .get(i..i + 4)
+            .filter(|b| b[0] == b'\\' && b[1] == b'x');
+        match escaped
+            .and_then(|b| std::str::from_utf8(&b[2..4]).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Does `query` (what a user typed for --container) name this container?
+/// A CT id, a name, a full or short (>= 4 characters) container id.
+pub fn matches(container: &Container, query: &str) -> bool {
+    if container.runtime == Runtime::Cgroup || query.is_empty() {
+        return false;
+    }
+    container.id == query
+        || container.name.as_deref() == Some(query)
+        || (query.len() >= 4 && is_container_id(&container.id) && container.id.starts_with(query))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::container::Container;
+    use crate::model::container::Runtime;
+
+    const DOCKER_ID: &str = "3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+
+    fn id_of(path: &str) -> Container {
+        identify(
+            path,
+            &NameSources {
+                pve_lxc_dir: "/nonexistent".into(),
+                docker_containers_dir: "/nonexistent".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn identifies_real_world_cgroup_paths() {
+        let table: &[(&str, Runtime, &str, &str)] = &[
+            ("/lxc/200", Runtime::Lxc, "200", "/lxc/200"),
+            ("/lxc/200/ns/init.scope", Runtime::Lxc, "200", "/lxc/200"),
+            ("/lxc.payload.gpu-box", Runtime::Lxc, "gpu-box", "/lxc.payload.gpu-box"),
+            ("/lxc.payload.gpu-box/system.slice/cron.service", Runtime::Lxc, "gpu-box", "/lxc.payload.gpu-box"),
+            (&format!("/system.slice/docker-{DOCKER_ID}.scope"), Runtime::Docker, DOCKER_ID, ""),
+            (&format!("/docker/{DOCKER_ID}"), Runtime::Docker, DOCKER_ID, ""),
+            (
+                &format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b1e2a3c_4d5e_6f70_8192_a3b4c5d6e7f8.slice/cri-containerd-{DOCKER_ID}.scope"),
+                Runtime::Containerd,
+                DOCKER_ID,
+                "",
+            ),
+            (&format!("/kubepods/besteffort/pod6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8/{DOCKER_ID}"), Runtime::Containerd, DOCKER_ID, ""),
+            (&format!("/kubepods.slice/kubepods-pod6b1e2a3c_4d5e_6f70_8192_a3b4c5d6e7f8.slice/crio-{DOCKER_ID}.scope"), Runtime::Crio, DOCKER_ID, ""),
+            (&format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{DOCKER_ID}.scope"), Runtime::Podman, DOCKER_ID, ""),
+            (&format!("/machine.slice/libpod-{DOCKER_ID}.scope/container"), Runtime::Podman, DOCKER_ID, ""),
+            ("/system.slice/ollama.service", Runtime::Systemd, "ollama.service", "/system.slice/ollama.service"),
+            ("/system.slice/jupyter\\x2dlab.service", Runtime::Systemd, "jupyter\\x2dlab.service", ""),
+            // Docker nested in an LXC container: the innermost runtime wins.
+            (&format!("/lxc/101/ns/system.slice/docker-{DOCKER_ID}.scope"), Runtime::Docker, DOCKER_ID, ""),
+            ("/user.slice/user-1000.slice/session-3.scope", Runtime::Cgroup, "/user.slice/user-1000.slice/session-3.scope", ""),
+            ("/", Runtime::Cgroup, "/", ""),
+        ];
+        for (path, runtime, id, cgroup) in table {
+            let c = id_of(path);
+            assert_eq!((c.runtime, c.id.as_str()), (*runtime, *id), "{path}");
+            if !cgroup.is_empty() {
+                assert_eq!(c.cgroup, *cgroup, "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn kubernetes_paths_carry_the_pod_uid() {
+        let c = id_of(&format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b1e2a3c_4d5e_6f70_8192_a3b4c5d6e7f8.slice/cri-containerd-{DOCKER_ID}.scope"));
+        assert_eq!(
+            c.pod_uid.as_deref(),
+            Some("6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8")
+        );
+        let c = id_of(&format!(
+            "/kubepods/besteffort/pod6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8/{DOCKER_ID}"
+        ));
+        assert_eq!(
+            c.pod_uid.as_deref(),
+            Some("6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8")
+        );
+    }
+
+    #[test]
+    fn unit_names_are_unescaped() {
+        assert_eq!(
+            unescape_unit("jupyter\\x2dlab.service"),
+            "jupyter-lab.service"
+        );
+        assert_eq!(
+            unescape_unit("a\\x2"),
+            "a\\x2",
+            "a cut escape stays as it is"
+        );
+        assert_eq!(
+            id_of("/system.slice/jupyter\\x2dlab.service")
+                .name
+                .as_deref(),
+            Some("jupyter-lab.service")
+        );
+    }
+
+    #[test]
+    fn names_come_from_proxmox_and_docker_files() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let pve = root.path().join("pve");
+        let docker = root.path().join("docker");
+        fs::create_dir_all(&pve).unwrap();
+        fs::create_dir_all(docker.join(DOCKER_ID)).unwrap();
+        fs::write(
+            pve.join("200.conf"),
+            "arch: amd64\nhostname: cuda-box\n[snap1]\nhostname: old\n",
+        )
+        .unwrap();
+        fs::write(
+            docker.join(DOCKER_ID).join("config.v2.json"),
+            r#"{"ID":"x","Name":"/trainer"}"#,
+        )
+        .unwrap();
+        let names = NameSources {
+            pve_lxc_dir: pve,
+            docker_containers_dir: docker,
+        };
+
+        let ct = identify("/lxc/200/ns", &names);
+        assert_eq!(ct.name.as_deref(), Some("cuda-box"));
+        assert_eq!(ct.label(), "ct 200 (cuda-box)");
+        let d = identify(&format!("/system.slice/docker-{DOCKER_ID}.scope"), &names);
+        assert_eq!(d.name.as_deref(), Some("trainer"));
+        assert_eq!(d.label(), "docker 3f2a9c1b0d4e (trainer)");
+    }
+
+    #[test]
+    fn container_queries_accept_what_users_type() {
+        let ct = Container {
+            runtime: Runtime::Lxc,
+            id: "200".into(),
+            name: Some("cuda-box".into()),
+            pod_uid: None,
+            cgroup: "/lxc/200".into(),
+        };
+        assert!(matches(&ct, "200") && matches(&ct, "cuda-box"));
+        assert!(!matches(&ct, "20"));
+        let d = id_of(&format!("/docker/{DOCKER_ID}"));
+        assert!(matches(&d, "3f2a9c") && matches(&d, DOCKER_ID));
+        assert!(!matches(&d, "3f2"), "too short to be unambiguous");
+        assert!(
+            !matches(&id_of("/user.slice"), "/user.slice"),
+            "plain cgroups are not containers"
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! cgroups by name: id -> path, the container a path belongs to, what `run`
+//! and `check` are pointed at, and spawning into a cgroup. Whatever it needs
+//! from the kernel layer is handed to it, never imported.
+
+pub mod identity;
+pub mod paths;
+pub mod spawn;
+pub mod target;

@@ -1,0 +1,133 @@
+//! What `run` and `check` are pointed at: a cgroup given by its path, by a
+//! process in it, or by the container it belongs to.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Context};
+
+use crate::{
+    cgroup::identity::identify, cgroup::identity::matches, cgroup::identity::NameSources,
+    cgroup::paths::CgroupPaths,
+};
+
+/// `--cgroup PATH`: a directory under the cgroup2 mount, given with or
+/// without the mount ("/lxc/200").
+pub fn cgroup_dir(mount: &Path, path: &Path) -> anyhow::Result<PathBuf> {
+    let full = if path.starts_with(mount) {
+        path.to_path_buf()
+    } else {
+        mount.join(path.strip_prefix("/").unwrap_or(path))
+    };
+    if !full.join("cgroup.procs").exists() {
+        bail!(
+            "{} is not a cgroup under the cgroup2 mount {}",
+            path.display(),
+            mount.display()
+        );
+    }
+    Ok(full)
+}
+
+/// `--container NAME-OR-ID`: the cgroup where that container's processes
+/// live. Ambiguous or unknown names are errors that list what was found.
+pub fn container_dir(
+    mount: &Path,
+    cgroups: &mut CgroupPaths,
+    query: &str,
+) -> anyhow::Result<PathBuf> {
+    let names = NameSources::default();
+    let mut found: Vec<String> = cgroups
+        .all()
+        .iter()
+        .map(|p| identify(&p.to_string_lossy(), &names))
+        .filter(|c| matches(c, query))
+        .map(|c| c.cgroup)
+        .collect();
+    found.sort();
+    found.dedup();
+    match found.as_slice() {
+        [] => bail!(
+            "no running container matches {query:?} (looked for LXC names and CT ids, container ids and names under {})",
+            mount.display()
+        ),
+        [one] => Ok(where_processes_live(&mount.join(one.trim_start_matches('/')))),
+        many => bail!("{query:?} matches several containers: {}; give more of the id", many.join(", ")),
+    }
+}
+
+/// A container's processes may sit in a child of its top cgroup (cgroup v2
+/// puts processes only in leaves once controllers are enabled below): the
+/// first directory that holds any, the top one if none does.
+pub fn where_processes_live(top: &Path) -> PathBuf {
+    let mut pending = vec![top.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        if first_pid_in(&dir).is_some() {
+            return dir;
+        }
+        if let Ok(entries) = fs::read_dir(&dir) {
+            let mut children: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect();
+            children.sort();
+            pending.extend(children.into_iter().rev());
+        }
+    }
+    top.to_path_buf()
+}
+
+pub fn first_pid_in(dir: &Path) -> Option<u32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `--pid PID`: its cgroup2 path ("0::/lxc/200/ns" in /proc/PID/cgroup).
+pub fn cgroup_of_pid(pid: u32) -> anyhow::Result<PathBuf> {
+    let path = format!("/proc/{pid}/cgroup");
+    let text = fs::read_to_string(&path)
+        .with_context(|| format!("reading {path} (is pid {pid} running?)"))?;
+    unified_path_in(&text)
+        .map(PathBuf::from)
+        .with_context(|| format!("{path} names no cgroup2 path"))
+}
+
+fn unified_path_in(membership: &str) -> Option<&str> {
+    membership.lines().find_map(|line| line.strip_prefix("0::"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_unified_line_of_proc_pid_cgroup() {
+        assert_eq!(
+            unified_path_in("5:devices:/\n0::/lxc.payload.box\n"),
+            Some("/lxc.payload.box")
+        );
+        assert_eq!(unified_path_in("5:devices:/\n"), None);
+    }
+
+    #[test]
+    fn finds_where_processes_live_below_a_top_cgroup() {
+        let root = tempfile::tempdir().expect("temp dir");
+        fs::create_dir_all(root.path().join("ns/init.scope")).unwrap();
+        fs::write(root.path().join("cgroup.procs"), "").unwrap();
+        fs::write(root.path().join("ns/cgroup.procs"), "").unwrap();
+        fs::write(root.path().join("ns/init.scope/cgroup.procs"), "4242\n").unwrap();
+        assert_eq!(
+            where_processes_live(root.path()),
+            root.path().join("ns/init.scope")
+        );
+        assert_eq!(first_pid_in(&root.path().join("ns/init.scope")), Some(4242));
+    }
+}

@@ -1,0 +1,28 @@
+//! The kernel's boot-time clock, turned into wall-clock time.
+
+use std::time::{Duration, SystemTime};
+
+/// Turns the kernel's boot-time clock into wall-clock time.
+#[derive(Debug, Clone, Copy)]
+pub struct BootClock {
+    boot_epoch: SystemTime,
+}
+
+impl BootClock {
+    pub fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid pointer to a timespec; CLOCK_BOOTTIME always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        let since_boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        Self {
+            boot_epoch: SystemTime::now() - since_boot,
+        }
+    }
+
+    pub fn wall_time(&self, boot_ns: u64) -> SystemTime {
+        self.boot_epoch + Duration::from_nanos(boot_ns)
+    }
+}

@@ -1,0 +1,10 @@
+//! What the host's files say: mountinfo, /proc/devices, /proc/PID, tracefs,
+//! the kernel's BTF, and whether the host can run gpu-trace at all.
+
+pub mod clock;
+pub mod kernel_btf;
+pub mod mountinfo;
+pub mod preflight;
+pub mod proc_devices;
+pub mod proc_pid;
+pub mod tracefs;

@@ -1,0 +1,25 @@
+//! The kernel's note of every cgroup2 directory made since start, by id:
+//! names a cgroup removed before its events were read.
+
+use std::os::unix::ffi::OsStrExt;
+
+use aya::maps::{HashMap, MapData};
+use gpu_trace_common::CgroupPath;
+
+/// Paths of the cgroup2 directories made since the tracer started, by id.
+pub struct CgroupsMade(pub(super) HashMap<MapData, u64, CgroupPath>);
+
+impl CgroupsMade {
+    /// Relative to the cgroup2 mount, starting with '/'.
+    pub fn path(&self, id: u64) -> Option<std::path::PathBuf> {
+        let entry = self.0.get(&id, 0).ok()?;
+        let end = entry.path.iter().position(|&b| b == 0)?;
+        // Empty: the kernel could not read it. Filling the slot: cut short.
+        // Either would be taken for another cgroup's path.
+        if end == 0 || end + 1 >= entry.path.len() {
+            return None;
+        }
+        let path = std::ffi::OsStr::from_bytes(&entry.path[..end]);
+        Some(std::path::PathBuf::from(path))
+    }
+}

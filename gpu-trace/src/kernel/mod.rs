@@ -1,0 +1,9 @@
+//! Everything that calls bpf(2) or aya: loading and attaching the programs,
+//! the device hooks, the ring of events, the cgroups the kernel saw made,
+//! and the device programs in force on a cgroup.
+
+pub mod bpf_sys;
+pub mod cgroups_made;
+pub mod device_hook;
+pub mod programs_in_force;
+pub mod tracer;

@@ -1,0 +1,140 @@
+//! The device policies in force on a cgroup: its own cgroup_device programs
+//! and those inherited from its ancestors, in the order the kernel runs
+//! them, each with where it is attached, and their combined answer for one
+//! access.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use gpu_trace_common::program;
+use serde::Serialize;
+
+use gpu_trace_policy::{combined_answer, Answer, DeviceQuery, Insn};
+
+use crate::{
+    kernel::bpf_sys::device_programs, kernel::bpf_sys::dump_program, kernel::bpf_sys::ProgramDump,
+};
+
+/// One device program in force on a cgroup.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyProgram {
+    pub id: u32,
+    pub name: String,
+    pub tag: String,
+    /// The cgroup it is attached at, relative to the cgroup2 mount.
+    pub attached_at: String,
+    /// Attach flags of that cgroup: "multi", "override" or "exclusive".
+    pub attach_mode: &'static str,
+    #[serde(skip)]
+    insns: Vec<Insn>,
+}
+
+impl PolicyProgram {
+    /// "prog 920 (lxc_devices) at /lxc/200"
+    pub fn label(&self) -> String {
+        let name = if self.name.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.name)
+        };
+        format!("prog {}{name} at {}", self.id, self.attached_at)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupPolicy {
+    /// The cgroup asked about, relative to the cgroup2 mount.
+    pub cgroup: String,
+    /// In the kernel's order: the cgroup's own first, the root's last.
+    pub programs: Vec<PolicyProgram>,
+}
+
+/// Translated instructions by program id: a program's id never names
+/// another program while it lives, and its instructions never change.
+#[derive(Debug, Default)]
+pub struct ProgramCache(HashMap<u32, ProgramDump>);
+
+impl CgroupPolicy {
+    /// Reads the policy of `cgroup` (relative to `mount`). gpu-trace's own
+    /// observers are left out: they allow everything by construction.
+    pub fn read(mount: &Path, cgroup: &Path, cache: &mut ProgramCache) -> anyhow::Result<Self> {
+        let relative = Path::new("/").join(cgroup.strip_prefix("/").unwrap_or(cgroup));
+        let dir = mount.join(relative.strip_prefix("/").expect("made absolute above"));
+        let effective = device_programs(open_dir(&dir)?, true)
+            .with_context(|| format!("querying the device programs of {}", dir.display()))?;
+        let where_attached = attachment_levels(mount, &relative)?;
+        let mut programs = Vec::new();
+        for id in effective.program_ids {
+            let dump = match cache.0.get(&id) {
+                Some(dump) => dump.clone(),
+                None => {
+                    let Ok(dump) = dump_program(id) else { continue }; // unloaded meanwhile
+                    cache.0.insert(id, dump.clone());
+                    dump
+                }
+            };
+            if dump.name == program::OBSERVER {
+                continue;
+            }
+            let (attached_at, flags) = where_attached
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| ("?".into(), 0));
+            programs.push(PolicyProgram {
+                id,
+                name: dump.name,
+                tag: dump.tag,
+                attached_at,
+                attach_mode: attach_mode(flags),
+                insns: dump.insns,
+            });
+        }
+        Ok(Self {
+            cgroup: relative.to_string_lossy().into_owned(),
+            programs,
+        })
+    }
+
+    pub fn answer(&self, query: &DeviceQuery) -> Answer {
+        combined_answer(self.programs.iter().map(|p| p.insns.as_slice()), query)
+    }
+}
+
+/// For each program attached along the path from `cgroup` up to the root:
+/// the cgroup it is attached at and that cgroup's attach flags.
+fn attachment_levels(mount: &Path, cgroup: &Path) -> anyhow::Result<HashMap<u32, (String, u32)>> {
+    let mut levels = HashMap::new();
+    let mut level = Some(cgroup.to_path_buf());
+    while let Some(relative) = level {
+        let dir = mount.join(relative.strip_prefix("/").unwrap_or(&relative));
+        let attached = device_programs(open_dir(&dir)?, false).with_context(|| {
+            format!("querying the device programs attached at {}", dir.display())
+        })?;
+        for id in attached.program_ids {
+            levels
+                .entry(id)
+                .or_insert_with(|| (relative.to_string_lossy().into_owned(), attached.flags));
+        }
+        level = relative.parent().map(PathBuf::from);
+    }
+    Ok(levels)
+}
+
+fn open_dir(dir: &Path) -> anyhow::Result<File> {
+    File::open(dir).with_context(|| format!("opening cgroup {}", dir.display()))
+}
+
+fn attach_mode(flags: u32) -> &'static str {
+    use aya_obj::generated::{BPF_F_ALLOW_MULTI, BPF_F_ALLOW_OVERRIDE};
+    if flags & BPF_F_ALLOW_MULTI != 0 {
+        "multi"
+    } else if flags & BPF_F_ALLOW_OVERRIDE != 0 {
+        "override"
+    } else {
+        "exclusive"
+    }
+}

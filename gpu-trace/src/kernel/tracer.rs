@@ -1,0 +1,562 @@
+//! Loads the kernel programs, attaches them, and reads their events.
+//!
+//! Every attachment is a link owned by a file descriptor of this process, so
+//! the kernel detaches everything when the process ends, even on SIGKILL.
+
+use crate::kernel::cgroups_made::CgroupsMade;
+
+use std::{
+    os::fd::{AsRawFd, RawFd},
+    path::Path,
+};
+
+use anyhow::Context;
+use aya::{
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{trace_point::TracePointLink, TracePoint},
+    Ebpf, EbpfLoader,
+};
+use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent};
+
+use crate::{
+    host::preflight::Unsupported, kernel::device_hook::program_mut,
+    kernel::device_hook::DeviceHook, kernel::device_hook::HookChoice, kernel::device_hook::Loaded,
+    model::access::DeviceAccess, model::access::VerdictSource,
+};
+
+/// The tracer object, built from gpu-trace-ebpf by build.rs.
+static TRACER_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-tracer"));
+
+/// Events handed over per `drain` call before the caller gets control back.
+pub const DRAIN_BATCH: usize = 4096;
+
+/// When a reader woken by the ring buffer drains it. The kernel wakes the
+/// reader (a self-interrupt on the producer's CPU, costly in a VM) only for
+/// a record submitted while the reader was caught up. A reader that drains
+/// a trickle at once is caught up again for the next record, so every
+/// denied open paid for a wake-up; waiting 1 ms first lets the trickle pile
+/// up behind one wake-up. Under a flood the reader is behind and rarely
+/// woken, and a wait would only give its CPU away to the producers (the
+/// zero-loss rate halved when it always waited).
+#[derive(Debug, Default)]
+pub struct WakeupPacing {
+    last_drain: usize,
+}
+
+impl WakeupPacing {
+    const WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+    /// A drain this small means the reader had caught up: a trickle.
+    const TRICKLE: usize = 64;
+
+    /// Call when woken, before draining.
+    pub async fn before_drain(&self) {
+        if self.last_drain < Self::TRICKLE {
+            tokio::time::sleep(Self::WAIT).await;
+        }
+    }
+
+    /// Call with how many events the drain handed over.
+    pub fn drained(&mut self, count: usize) {
+        self.last_drain = count;
+    }
+
+    /// The last drain stopped at its limit: more may wait, and readiness
+    /// (edge-triggered) will not say so; drain again without waiting for it.
+    pub fn backlog(&self) -> bool {
+        self.last_drain == DRAIN_BATCH
+    }
+}
+
+/// At most this many events fit in the ring buffer: what a final drain at
+/// shutdown may find, whatever keeps arriving meanwhile.
+pub const RING_CAPACITY_EVENTS: usize =
+    gpu_trace_common::EVENTS_RING_BYTES as usize / size_of::<DeviceAccessEvent>();
+
+/// Which device accesses to report.
+#[derive(Debug, Clone, Default)]
+pub struct TracerConfig {
+    /// Char majors to watch (ignored with `all_devices`).
+    pub majors: Vec<u32>,
+    pub all_devices: bool,
+    /// Report allowed accesses too, not only denied ones.
+    pub report_allowed: bool,
+    /// Report only processes added with `follow` and their descendants.
+    pub follow_process_tree: bool,
+    /// Which device hook to use.
+    pub hook: HookChoice,
+    /// Leave the open-syscall tracepoints out: the device hook reports each
+    /// access itself. Every other syscall on the host then pays nothing (an
+    /// enabled syscall tracepoint sends every task down the slow syscall
+    /// path), but what only the open's result shows goes unseen.
+    pub device_hook_only: bool,
+}
+
+/// One open-family syscall: its tracepoints and the programs for them.
+struct OpenSyscall {
+    name: &'static str,
+    enter: &'static str,
+    exit: &'static str,
+}
+
+const OPEN_SYSCALLS: [OpenSyscall; 3] = [
+    OpenSyscall {
+        name: "openat",
+        enter: program::ENTER_OPENAT,
+        exit: program::EXIT_OPENAT,
+    },
+    OpenSyscall {
+        name: "openat2",
+        enter: program::ENTER_OPENAT2,
+        exit: program::EXIT_OPENAT2,
+    },
+    OpenSyscall {
+        name: "open",
+        enter: program::ENTER_OPEN,
+        exit: program::EXIT_OPEN,
+    },
+];
+
+/// A hook and whether it is in place.
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub name: String,
+    /// None when attached; otherwise why not, and what stands in for it.
+    pub refused: Option<String>,
+    /// Refused, but another device hook does the same job (with the same
+    /// events): worth a line in watch's announcement, not in every `run`.
+    pub stood_in_for: bool,
+}
+
+pub struct Tracer {
+    // Holds the programs and their links; dropping it detaches everything.
+    _ebpf: Ebpf,
+    events: RingBuf<MapData>,
+    watched_majors: WatchedMajors,
+    followed: Option<HashMap<MapData, u32, u8>>,
+    /// Paths of the cgroups made since start, for CgroupPaths to take.
+    cgroup_paths: Option<HashMap<MapData, u64, CgroupPath>>,
+    lost_events: PerCpuArray<MapData, u64>,
+    hooks: Vec<Hook>,
+    verdict_source: VerdictSource,
+    notes: Vec<String>,
+    /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
+    tracepoint_links: Vec<TracePointLink>,
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        // Detaching a tracepoint waits for an RCU grace period (about 70 ms
+        // on the build machine); one after another, eight of them made `run`
+        // take half a second to exit. Side by side they cost one.
+        let links = std::mem::take(&mut self.tracepoint_links);
+        std::thread::scope(|scope| {
+            for link in links {
+                scope.spawn(move || drop(link));
+            }
+        });
+    }
+}
+
+impl Tracer {
+    /// Loads the device hook the kernel accepts, then attaches: tracepoints
+    /// first, so that the device hook, once in place, always finds the open
+    /// call it belongs to.
+    pub fn start(cgroup2_mount: &Path, config: &TracerConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            option_env!("GPU_TRACE_EBPF_SKIPPED").is_none(),
+            "this gpu-trace was built with GPU_TRACE_BUILD_SKIP set: it has no kernel programs"
+        );
+        let tracefs_note = crate::host::tracefs::ensure_mounted()?;
+        let child_pid_offset = if config.follow_process_tree {
+            crate::host::tracefs::field_offset("sched", "sched_process_fork", "child_pid")?
+        } else {
+            0
+        };
+        let mut notes: Vec<String> = tracefs_note.into_iter().collect();
+        let (task_stack_offset, pt_regs_offset) = saved_registers(&mut notes);
+        let settings = LoadSettings {
+            child_pid_offset,
+            task_stack_offset,
+            pt_regs_offset,
+            verdict_from_errno: false,
+        };
+        let mut ebpf = load_object(config, &settings)?;
+        let mut refused = Vec::new();
+        let device_hook = match DeviceHook::load(&mut ebpf, config.hook, &mut refused)? {
+            Loaded::Hook(hook) => hook,
+            Loaded::NeedsErrnoObserver if config.device_hook_only => {
+                return Err(Unsupported::HookRefused {
+                    hook: "device hook alone (--device-hook-only)".into(),
+                    reason: "it needs a hook that reads the verdict itself (fexit, or the observer on 6.1+); \
+                             on this kernel the verdict comes from the open's errno, which needs the open tracepoints"
+                        .into(),
+                }
+                .into());
+            }
+            Loaded::NeedsErrnoObserver => {
+                let settings = LoadSettings {
+                    verdict_from_errno: true,
+                    ..settings
+                };
+                ebpf = load_object(config, &settings)?;
+                DeviceHook::load_errno_observer(&mut ebpf, &refused)?
+            }
+        };
+        let mut hooks: Vec<Hook> = refused
+            .into_iter()
+            .map(|(name, why)| Hook {
+                name,
+                refused: Some(why),
+                stood_in_for: true,
+            })
+            .collect();
+
+        // Filled before anything attaches, so no early access is missed.
+        let mut watched_majors = WatchedMajors {
+            filter: Array::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?,
+            majors: Vec::new(),
+        };
+        watched_majors.add(&config.majors)?;
+
+        let mut tracepoint_links = Vec::new();
+        let cgroup_paths = match note_new_cgroups(&mut ebpf) {
+            Ok(link) => {
+                tracepoint_links.push(link);
+                Some(HashMap::try_from(take_map(&mut ebpf, map::CGROUP_PATHS)?)?)
+            }
+            Err(e) => {
+                notes.push(format!(
+                    "{e:#}: a cgroup removed before its events are read is shown by id only"
+                ));
+                None
+            }
+        };
+        let followed = if config.follow_process_tree {
+            // Required in this mode: without them descendants would go unseen.
+            for (program, event) in [
+                (program::FOLLOW_FORK, "sched_process_fork"),
+                (program::FOLLOW_EXIT, "sched_process_exit"),
+            ] {
+                let link = attach_tracepoint(&mut ebpf, program, "sched", event).map_err(|e| {
+                    Unsupported::HookRefused {
+                        hook: format!("tracepoint sched:{event}"),
+                        reason: format!("{e:#}; without it the process tree cannot be followed"),
+                    }
+                })?;
+                tracepoint_links.push(link);
+            }
+            hooks.push(Hook {
+                name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)"
+                    .into(),
+                refused: None,
+                stood_in_for: false,
+            });
+            Some(HashMap::try_from(take_map(&mut ebpf, map::FOLLOWED)?)?)
+        } else {
+            None
+        };
+        for syscall in &OPEN_SYSCALLS {
+            if config.device_hook_only {
+                hooks.push(Hook {
+                    name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
+                    refused: Some("left out (--device-hook-only): paths come from the device hook, results are not traced".into()),
+                    stood_in_for: true,
+                });
+                continue;
+            }
+            let refused = match attach_open_syscall(&mut ebpf, syscall) {
+                Ok(links) => {
+                    tracepoint_links.extend(links);
+                    None
+                }
+                Err(e) => Some(format!(
+                    "{e:#}; {} calls reach the device hook without their path and errno",
+                    syscall.name
+                )),
+            };
+            hooks.push(Hook {
+                name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
+                refused,
+                stood_in_for: false,
+            });
+        }
+        device_hook.attach(&mut ebpf, cgroup2_mount)?;
+        hooks.push(Hook {
+            name: device_hook.describe(cgroup2_mount),
+            refused: None,
+            stood_in_for: false,
+        });
+
+        // Loading read the kernel's BTF (5 MB, twice where fexit was tried)
+        // and parsed the object; malloc keeps what was freed, and a long-running
+        // watch would hold it for good. Hand it back to the kernel.
+        // SAFETY: no arguments beyond the padding to keep; glibc's own lock.
+        unsafe { libc::malloc_trim(0) };
+        let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
+        let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
+        Ok(Self {
+            _ebpf: ebpf,
+            events,
+            watched_majors,
+            followed,
+            cgroup_paths,
+            lost_events,
+            hooks,
+            verdict_source: device_hook.verdict_source(),
+            notes,
+            tracepoint_links,
+        })
+    }
+
+    /// The kernel's record of cgroups made since start (None if the
+    /// tracepoint was refused, or already taken).
+    pub fn take_cgroup_paths(&mut self) -> Option<CgroupsMade> {
+        self.cgroup_paths.take().map(CgroupsMade)
+    }
+
+    pub fn hooks(&self) -> &[Hook] {
+        &self.hooks
+    }
+
+    /// Where the verdicts of this tracer's events come from.
+    pub fn verdict_source(&self) -> VerdictSource {
+        self.verdict_source
+    }
+
+    /// Things done to the host on the way (e.g. mounting tracefs), to tell the user once.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Adds majors to the kernel-side filter (already present ones are kept).
+    pub fn watch_majors(&mut self, majors: &[u32]) -> anyhow::Result<()> {
+        self.watched_majors.add(majors)
+    }
+
+    /// Adds a process to the followed tree; its later forks join by themselves.
+    pub fn follow(&mut self, pid: u32) -> anyhow::Result<()> {
+        let followed = self
+            .followed
+            .as_mut()
+            .context("the tracer was not started to follow a process tree")?;
+        followed
+            .insert(pid, 1, 0)
+            .with_context(|| format!("following pid {pid}"))?;
+        Ok(())
+    }
+
+    pub fn unfollow(&mut self, pid: u32) -> anyhow::Result<()> {
+        let followed = self
+            .followed
+            .as_mut()
+            .context("the tracer was not started to follow a process tree")?;
+        // Already gone (it exited) is fine.
+        let _ = followed.remove(&pid);
+        Ok(())
+    }
+
+    pub fn watched_majors(&self) -> Vec<u32> {
+        self.watched_majors.majors.clone()
+    }
+
+    /// The ring buffer's descriptor, to wait on for readiness.
+    pub fn events_fd(&self) -> RawFd {
+        self.events.as_raw_fd()
+    }
+
+    /// Hands the events waiting in the ring buffer to `each`, at most
+    /// `limit` of them: under a sustained flood the buffer never empties, and
+    /// the caller must get to write, flush and handle signals in between.
+    /// Returns how many were handed over.
+    pub fn drain(&mut self, limit: usize, mut each: impl FnMut(DeviceAccess)) -> usize {
+        let mut count = 0;
+        while count < limit {
+            let Some(item) = self.events.next() else {
+                break;
+            };
+            if item.len() < size_of::<DeviceAccessEvent>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote a whole DeviceAccessEvent here; the
+            // read copes with any alignment.
+            let raw = unsafe { item.as_ptr().cast::<DeviceAccessEvent>().read_unaligned() };
+            each(DeviceAccess::decode(&raw, self.verdict_source));
+            count += 1;
+        }
+        count
+    }
+
+    /// Events the kernel side could not hand over because the ring buffer was full.
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
+            .get(&0, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0)
+    }
+}
+
+/// What the kernel side needs to know besides the config.
+#[derive(Clone, Copy)]
+struct LoadSettings {
+    child_pid_offset: u32,
+    task_stack_offset: u32,
+    pt_regs_offset: u32,
+    verdict_from_errno: bool,
+}
+
+/// Where the saved user registers of a task are: `task_struct.stack`'s
+/// offset, and theirs from the bottom of that stack (x86_64 only). Both 0,
+/// with a note, when unknown: accesses outside traced open calls then come
+/// without their path.
+fn saved_registers(notes: &mut Vec<String>) -> (u32, u32) {
+    /// x86_64's kernel stack (32 KiB only with KASAN, which no distribution
+    /// kernel enables; the device hook then finds no 64-bit user frame
+    /// there and reports no path).
+    const THREAD_SIZE: u32 = 16 << 10;
+    const PT_REGS_SIZE: u32 = 21 * 8;
+    if !cfg!(target_arch = "x86_64") {
+        return (0, 0);
+    }
+    let found = crate::host::kernel_btf::KernelBtf::read().and_then(|btf| {
+        let stack = btf.member_offset("task_struct", "stack")?;
+        // TOP_OF_KERNEL_STACK_PADDING: 16 bytes above the registers on
+        // kernels built with FRED (6.9+), whose BTF has its frame type.
+        let padding = if btf.has_struct("fred_frame")? { 16 } else { 0 };
+        Ok((stack, THREAD_SIZE - padding - PT_REGS_SIZE))
+    });
+    found.unwrap_or_else(|e| {
+        notes.push(format!(
+            "{e:#}: device accesses outside traced open calls are reported without their path"
+        ));
+        (0, 0)
+    })
+}
+
+/// Parses the object and creates its maps, with the settings baked in as
+/// read-only globals; programs are loaded one by one afterwards.
+fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result<Ebpf> {
+    EbpfLoader::new()
+        .override_global(
+            global::WATCH_ALL_DEVICES,
+            &u8::from(config.all_devices),
+            true,
+        )
+        .override_global(
+            global::REPORT_ALLOWED,
+            &u8::from(config.report_allowed),
+            true,
+        )
+        .override_global(
+            global::FOLLOW_PROCESS_TREE,
+            &u8::from(config.follow_process_tree),
+            true,
+        )
+        .override_global(
+            global::FORK_CHILD_PID_OFFSET,
+            &settings.child_pid_offset,
+            true,
+        )
+        .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
+        .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
+        .override_global(
+            global::OPEN_CALLS_TRACED,
+            &u8::from(!config.device_hook_only),
+            true,
+        )
+        .override_global(
+            global::VERDICT_FROM_ERRNO,
+            &u8::from(settings.verdict_from_errno),
+            true,
+        )
+        .load(TRACER_OBJECT)
+        .context("loading gpu-trace's eBPF object")
+}
+
+/// The kernel-side major filter, and the majors in it (an array cannot list
+/// its set entries without a lookup per index).
+struct WatchedMajors {
+    filter: Array<MapData, u8>,
+    /// Sorted.
+    majors: Vec<u32>,
+}
+
+impl WatchedMajors {
+    fn add(&mut self, majors: &[u32]) -> anyhow::Result<()> {
+        for &major in majors {
+            anyhow::ensure!(
+                major < gpu_trace_common::MAJOR_LIMIT,
+                "major {major} is out of range: device majors are below {}",
+                gpu_trace_common::MAJOR_LIMIT
+            );
+            self.filter
+                .set(major, 1, 0)
+                .with_context(|| format!("adding major {major} to the watch list"))?;
+            if let Err(at) = self.majors.binary_search(&major) {
+                self.majors.insert(at, major);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
+    ebpf.take_map(name)
+        .with_context(|| format!("map {name} missing from the eBPF object"))
+}
+
+fn attach_open_syscall(
+    ebpf: &mut Ebpf,
+    syscall: &OpenSyscall,
+) -> anyhow::Result<Vec<TracePointLink>> {
+    // Both halves or neither: an entry without its exit would only fill the
+    // table (on error the links taken so far are dropped, which detaches
+    // them). The exit goes first so that no call is stashed and never finished.
+    let exit = attach_tracepoint(
+        ebpf,
+        syscall.exit,
+        "syscalls",
+        &format!("sys_exit_{}", syscall.name),
+    )?;
+    let enter = attach_tracepoint(
+        ebpf,
+        syscall.enter,
+        "syscalls",
+        &format!("sys_enter_{}", syscall.name),
+    )?;
+    Ok(vec![exit, enter])
+}
+
+/// Attaches the program that remembers each new cgroup2 directory, once
+/// the record layout it reads is confirmed.
+fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
+    for (field, expected) in [
+        ("root", cgroup_mkdir::ROOT),
+        ("id", cgroup_mkdir::ID),
+        ("path", cgroup_mkdir::PATH),
+    ] {
+        let found = crate::host::tracefs::field_offset("cgroup", "cgroup_mkdir", field)?;
+        anyhow::ensure!(
+            found as usize == expected,
+            "cgroup:cgroup_mkdir has {field} at offset {found}, not {expected}"
+        );
+    }
+    attach_tracepoint(ebpf, program::NOTE_CGROUP_MKDIR, "cgroup", "cgroup_mkdir")
+}
+
+/// Loads `program` and attaches it to `category:event`; the link is ours to own.
+fn attach_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &str,
+    category: &str,
+    event: &str,
+) -> anyhow::Result<TracePointLink> {
+    let tracepoint: &mut TracePoint = program_mut(ebpf, program)?;
+    tracepoint
+        .load()
+        .with_context(|| format!("loading {program}"))?;
+    let id = tracepoint
+        .attach(category, event)
+        .with_context(|| format!("attaching to {category}:{event}"))?;
+    Ok(tracepoint.take_link(id)?)
+}

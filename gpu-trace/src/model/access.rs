@@ -1,0 +1,315 @@
+//! Kernel records decoded into typed device accesses.
+
+use gpu_trace_common::{
+    DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN,
+    FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT,
+    SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN,
+    SYSCALL_OPENAT, SYSCALL_OPENAT2,
+};
+
+/// What decided an access, as far as gpu-trace can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    Allowed,
+    /// A cgroup BPF device policy returned deny (seen with bpf_get_retval).
+    DeniedByBpfPolicy,
+    /// The BPF policies allowed it, yet the open failed with EPERM: a check
+    /// after them refused it (cgroup v1 devices.list, or an LSM).
+    DeniedAfterBpf,
+    /// Denied, by which layer not yet known: the verdict came from fexit or
+    /// the errno. Attribution settles it by evaluating the BPF policies.
+    Denied,
+    /// An open of /dev/nvidia* failed before any device check: the node is
+    /// missing (ENOENT) or its file mode refused the caller (EACCES).
+    FailedBeforeDeviceCheck,
+}
+
+impl Verdict {
+    /// Refused by a device policy (BPF or not).
+    pub fn is_denied(self) -> bool {
+        matches!(
+            self,
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::Denied
+        )
+    }
+
+    /// Anything a user needs to look at: a denial or a failed open of a GPU node.
+    pub fn is_problem(self) -> bool {
+        self != Verdict::Allowed
+    }
+
+    /// Stable name used in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::Denied => "denied",
+            Verdict::FailedBeforeDeviceCheck => "failed",
+        }
+    }
+
+    /// Stable name used in JSON output.
+    pub fn source(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "none",
+            Verdict::DeniedByBpfPolicy => "cgroup-bpf",
+            Verdict::DeniedAfterBpf => "not-bpf",
+            Verdict::Denied => "unknown",
+            Verdict::FailedBeforeDeviceCheck => "before-device-check",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::DeniedByBpfPolicy => "by cgroup BPF device policy",
+            Verdict::DeniedAfterBpf => "not by BPF policy: cgroup v1 devices.list or other",
+            Verdict::Denied => "by a device policy",
+            Verdict::FailedBeforeDeviceCheck => "before any device check",
+        }
+    }
+}
+
+/// Which device hook gave the verdicts (see device_hook.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictSource {
+    /// fexit on devcgroup_check_permission: the kernel's final answer.
+    Fexit,
+    /// The observer's bpf_get_retval(): the BPF policies' answer.
+    BpfRetval,
+    /// The open call's errno (EPERM), on kernels whose device hook offers
+    /// neither.
+    Errno,
+}
+
+impl VerdictSource {
+    /// Stable name used in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictSource::Fexit => "fexit",
+            VerdictSource::BpfRetval => "bpf_get_retval",
+            VerdictSource::Errno => "errno",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            VerdictSource::Fexit => {
+                "the kernel's final answer (fexit on devcgroup_check_permission): BPF policies and cgroup v1 alike"
+            }
+            VerdictSource::BpfRetval => {
+                "the BPF policies' answer (bpf_get_retval in the observer); EPERM after it points at cgroup v1"
+            }
+            VerdictSource::Errno => {
+                "the open's errno (this kernel's device hook has no bpf_get_retval); accesses outside open calls are not seen"
+            }
+        }
+    }
+}
+
+/// The call that carried the access: an open, or (seen through the saved
+/// registers) a mknod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCall {
+    pub syscall: &'static str,
+    pub path: Vec<u8>,
+    pub path_truncated: bool,
+    /// File descriptor, or negative errno; None when the call's exit was not
+    /// traced (an access outside a traced open, --device-hook-only).
+    pub ret: Option<i32>,
+}
+
+impl OpenCall {
+    pub fn errno(&self) -> Option<i32> {
+        self.ret.filter(|&ret| ret < 0).map(|ret| -ret)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAccess {
+    pub boot_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub comm: Vec<u8>,
+    pub cgroup_id: u64,
+    /// False when the access never reached the device hook: the device
+    /// fields below are then unknown (zero).
+    pub device_seen: bool,
+    pub block_device: bool,
+    pub major: u32,
+    pub minor: u32,
+    /// `ACCESS_*` bits.
+    pub access: u16,
+    pub verdict: Verdict,
+    /// The combined verdict of the BPF policies: 0 or a negative errno. Read
+    /// by the observer (BpfRetval); otherwise worked out by attribution.
+    pub bpf_retval: i32,
+    pub verdict_from: VerdictSource,
+    /// None when the access came from outside a traced open call (mknod, ...).
+    pub open: Option<OpenCall>,
+}
+
+const EPERM: i32 = libc::EPERM;
+
+impl DeviceAccess {
+    pub fn decode(raw: &DeviceAccessEvent, verdict_from: VerdictSource) -> Self {
+        let traced = raw.head.flags & FLAG_HAS_SYSCALL != 0;
+        let open = (traced || raw.head.flags & FLAG_PATH_FROM_REGS != 0).then(|| OpenCall {
+            syscall: match raw.head.syscall {
+                SYSCALL_OPENAT => "openat",
+                SYSCALL_OPENAT2 => "openat2",
+                SYSCALL_OPEN => "open",
+                SYSCALL_CREAT => "creat",
+                SYSCALL_MKNOD => "mknod",
+                SYSCALL_MKNODAT => "mknodat",
+                SYSCALL_ACCESS => "access",
+                SYSCALL_FACCESSAT => "faccessat",
+                SYSCALL_FACCESSAT2 => "faccessat2",
+                _ => "unknown",
+            },
+            path: until_nul(&raw.path).to_vec(),
+            path_truncated: raw.head.flags & FLAG_PATH_TRUNCATED != 0,
+            ret: traced.then_some(raw.head.syscall_ret),
+        });
+        let device_seen = raw.head.flags & FLAG_DEVICE_SEEN != 0;
+        let eperm = open.as_ref().is_some_and(|o| o.ret == Some(-EPERM));
+        let by_bpf = verdict_from == VerdictSource::BpfRetval;
+        let verdict = if !device_seen {
+            Verdict::FailedBeforeDeviceCheck
+        } else if by_bpf && raw.head.hook_verdict != 0 {
+            Verdict::DeniedByBpfPolicy
+        } else if by_bpf && eperm {
+            Verdict::DeniedAfterBpf
+        } else if raw.head.hook_verdict != 0 || eperm {
+            Verdict::Denied
+        } else {
+            Verdict::Allowed
+        };
+        Self {
+            boot_ns: raw.head.boot_ns,
+            pid: raw.head.pid,
+            tid: raw.head.tid,
+            uid: raw.head.uid,
+            comm: until_nul(&raw.comm).to_vec(),
+            cgroup_id: raw.head.cgroup_id,
+            device_seen,
+            block_device: raw.head.dev_type == DEV_TYPE_BLOCK,
+            major: raw.head.major,
+            minor: raw.head.minor,
+            access: raw.head.access,
+            verdict,
+            bpf_retval: if by_bpf { raw.head.hook_verdict } else { 0 },
+            verdict_from,
+            open,
+        }
+    }
+
+    /// "rw", "m", ... in the order of cgroup device rules.
+    pub fn access_letters(&self) -> String {
+        [(ACCESS_READ, 'r'), (ACCESS_WRITE, 'w'), (ACCESS_MKNOD, 'm')]
+            .iter()
+            .filter(|(bit, _)| self.access & bit != 0)
+            .map(|(_, letter)| *letter)
+            .collect()
+    }
+
+    pub fn type_letter(&self) -> char {
+        if self.block_device {
+            'b'
+        } else {
+            'c'
+        }
+    }
+}
+
+fn until_nul(bytes: &[u8]) -> &[u8] {
+    bytes.split(|&b| b == 0).next().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_trace_common::{EventHead, DEV_TYPE_CHAR};
+
+    fn raw(hook_verdict: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
+        let mut e = DeviceAccessEvent {
+            head: EventHead {
+                pid: 42,
+                tid: 43,
+                major: 511,
+                access: ACCESS_READ | ACCESS_WRITE,
+                dev_type: DEV_TYPE_CHAR,
+                hook_verdict,
+                syscall_ret: ret,
+                syscall: SYSCALL_OPENAT,
+                flags: FLAG_DEVICE_SEEN | if with_syscall { FLAG_HAS_SYSCALL } else { 0 },
+                ..EventHead::default()
+            },
+            comm: [0; 16],
+            path: [0; 256],
+        };
+        e.comm[..7].copy_from_slice(b"python3");
+        e.path[..15].copy_from_slice(b"/dev/nvidia-uvm");
+        e
+    }
+
+    #[test]
+    fn bpf_denial_is_attributed_to_the_bpf_policy() {
+        let access = DeviceAccess::decode(&raw(-1, -1, true), VerdictSource::BpfRetval);
+        assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
+        assert_eq!(access.comm, b"python3");
+        assert_eq!(access.access_letters(), "rw");
+        assert_eq!(access.type_letter(), 'c');
+        let open = access.open.expect("open call");
+        assert_eq!(open.path, b"/dev/nvidia-uvm");
+        assert_eq!((open.syscall, open.errno()), ("openat", Some(libc::EPERM)));
+    }
+
+    #[test]
+    fn eperm_after_bpf_allowed_is_not_blamed_on_bpf() {
+        assert_eq!(
+            DeviceAccess::decode(&raw(0, -1, true), VerdictSource::BpfRetval).verdict,
+            Verdict::DeniedAfterBpf
+        );
+    }
+
+    #[test]
+    fn fexit_and_errno_denials_leave_the_layer_to_attribution() {
+        // fexit: the kernel's final verdict, whatever the errno.
+        let fexit = DeviceAccess::decode(&raw(-1, -1, true), VerdictSource::Fexit);
+        assert_eq!(fexit.verdict, Verdict::Denied);
+        assert_eq!(
+            fexit.bpf_retval, 0,
+            "not observed: attribution works it out"
+        );
+        // errno: no verdict in the event, EPERM from the open.
+        let errno = DeviceAccess::decode(&raw(0, -1, true), VerdictSource::Errno);
+        assert_eq!(errno.verdict, Verdict::Denied);
+        assert!(errno.verdict.is_denied());
+        let allowed = DeviceAccess::decode(&raw(0, 3, true), VerdictSource::Errno);
+        assert_eq!(allowed.verdict, Verdict::Allowed);
+    }
+
+    #[test]
+    fn enxio_after_allow_is_allowed() {
+        let access = DeviceAccess::decode(&raw(0, -libc::ENXIO, true), VerdictSource::BpfRetval);
+        assert_eq!(access.verdict, Verdict::Allowed);
+        assert_eq!(access.open.and_then(|o| o.errno()), Some(libc::ENXIO));
+    }
+
+    #[test]
+    fn failed_open_that_never_reached_the_hook_is_a_failure_not_a_denial() {
+        let mut e = raw(0, -libc::ENOENT, true);
+        e.head.flags = FLAG_HAS_SYSCALL;
+        let access = DeviceAccess::decode(&e, VerdictSource::BpfRetval);
+        assert_eq!(access.verdict, Verdict::FailedBeforeDeviceCheck);
+        assert!(!access.device_seen && !access.verdict.is_denied() && access.verdict.is_problem());
+    }
+
+    #[test]
+    fn access_outside_open_has_no_call() {
+        let access = DeviceAccess::decode(&raw(-1, 0, false), VerdictSource::BpfRetval);
+        assert_eq!(access.open, None);
+        assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
+    }
+}

@@ -1,0 +1,77 @@
+//! A named root cause, what happened and what to change.
+//!
+//! The catalogue of causes is documented in docs/root-causes.md.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// Root causes, with the stable names JSON output uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cause {
+    /// The policy lacks the dynamic major of nvidia-uvm (or caps, nvswitch).
+    DynamicMajorNotAllowed,
+    /// The node (or the rule) carries a major the driver no longer has.
+    StaleMajor,
+    /// The same cgroup opened the same device before; now it is denied.
+    RulesRewritten,
+    /// ENOENT: the node was never created.
+    NodeMissing,
+    /// EACCES: file mode or group, not the device policy.
+    FilePermissions,
+    /// Denied by cgroup v1 devices.list, not by a BPF program.
+    V1DevicesList,
+    /// Denied by a device policy, for a device with no more specific story.
+    DeviceDenied,
+}
+
+impl Cause {
+    pub fn id(self) -> &'static str {
+        match self {
+            Cause::DynamicMajorNotAllowed => "dynamic-major-not-allowed",
+            Cause::StaleMajor => "stale-major",
+            Cause::RulesRewritten => "rules-rewritten",
+            Cause::NodeMissing => "node-missing",
+            Cause::FilePermissions => "file-permissions",
+            Cause::V1DevicesList => "v1-devices-list",
+            Cause::DeviceDenied => "device-denied",
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Diagnosis {
+    pub cause: Cause,
+    /// What happened, in plain words.
+    pub explanation: String,
+    /// What to change, one step per line.
+    pub fix: Vec<String>,
+    /// The fix on one line, for event streams.
+    #[serde(skip)]
+    pub hint: String,
+    /// `explanation` and `hint` as JSON strings, rendered once: the same
+    /// diagnosis goes out with every repeat of a denial.
+    #[serde(skip)]
+    pub json_explanation: Box<RawValue>,
+    #[serde(skip)]
+    pub json_hint: Box<RawValue>,
+}
+
+impl Diagnosis {
+    /// Renders `explanation` and the one-line hint to JSON once.
+    pub fn new(cause: Cause, explanation: String, fix: Vec<String>) -> Self {
+        let hint = fix.join("; ");
+        let render = |text: &str| {
+            RawValue::from_string(serde_json::to_string(text).expect("a string serializes"))
+                .expect("valid JSON")
+        };
+        Self {
+            json_explanation: render(&explanation),
+            json_hint: render(&hint),
+            cause,
+            explanation,
+            fix,
+            hint,
+        }
+    }
+}

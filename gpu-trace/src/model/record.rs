@@ -1,0 +1,33 @@
+//! One device access with everything gpu-trace worked out about it: the
+//! record every later layer reads and renders.
+
+use std::{path::PathBuf, rc::Rc, time::SystemTime};
+
+use crate::{
+    model::access::DeviceAccess, model::container::Container, model::denied_by::DeniedBy,
+    model::diagnosis::Diagnosis, model::node::NvidiaNode, model::rendered::Rendered,
+};
+
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub access: DeviceAccess,
+    pub time: SystemTime,
+    /// How many identical accesses this record stands for (folding, see
+    /// fold.rs) and when the first and last of them happened.
+    pub count: u64,
+    pub first_seen: SystemTime,
+    pub last_seen: SystemTime,
+    /// Relative to the cgroup2 mount; None when the cgroup is gone and was never seen.
+    pub cgroup: Option<PathBuf>,
+    pub container: Rc<Rendered<Container>>,
+    /// Driver that owns the major per /proc/devices; None when no driver does.
+    pub driver: Option<String>,
+    /// Node name: "nvidia-uvm", "nvidiactl", "nvidia0", ...
+    pub device: Option<String>,
+    /// Which NVIDIA node this is, from its driver or, failing that, its path.
+    pub node: Option<NvidiaNode>,
+    /// Filled in by the attribution stage for denials: the policy that refused it.
+    pub denied_by: Option<Rc<Rendered<DeniedBy>>>,
+    /// Filled in by the diagnosis stage for problems.
+    pub diagnosis: Option<Rc<Diagnosis>>,
+}

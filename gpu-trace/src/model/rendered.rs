@@ -1,0 +1,33 @@
+//! A value with its JSON rendered once.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// A value with its JSON rendered once: containers and culprits repeat on
+/// every event of a busy cgroup, and serializing them anew each time was a
+/// large part of the per-event cost.
+#[derive(Debug)]
+pub struct Rendered<T> {
+    value: T,
+    json: Box<RawValue>,
+}
+
+impl<T: Serialize> Rendered<T> {
+    pub fn new(value: T) -> Self {
+        let json = serde_json::value::to_raw_value(&value).expect("plain data serializes");
+        Self { value, json }
+    }
+}
+
+impl<T> std::ops::Deref for Rendered<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> Serialize for Rendered<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
+}

@@ -1,0 +1,6 @@
+//! Records written out for people and scripts: human lines, JSON lines,
+//! and `run`'s closing report.
+
+pub mod announce;
+pub mod output;
+pub mod run_report;

@@ -1,0 +1,129 @@
+//! The closing report of `gpu-trace run`: each distinct problem once, with
+//! how often it happened, its cause and its fix.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+use crate::{
+    model::record::Record, render::output::errno_name, render::output::printable,
+    render::output::record_json,
+};
+
+/// What makes two problems the same one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProblemKey {
+    cgroup_id: u64,
+    path: Option<Vec<u8>>,
+    device: (bool, u32, u32),
+    access: u16,
+    ret: Option<i32>,
+    cause: Option<&'static str>,
+}
+
+impl ProblemKey {
+    fn of(record: &Record) -> Self {
+        let a = &record.access;
+        Self {
+            cgroup_id: a.cgroup_id,
+            path: a.open.as_ref().map(|o| o.path.clone()),
+            device: (a.device_seen, a.major, a.minor),
+            access: a.access,
+            ret: a.open.as_ref().and_then(|o| o.ret),
+            cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    /// First record of each problem, and how many times it happened; in order of first sight.
+    problems: Vec<(ProblemKey, Record, u64)>,
+}
+
+impl Report {
+    pub fn add(&mut self, record: &Record) {
+        let key = ProblemKey::of(record);
+        match self.problems.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, _, count)) => *count += 1,
+            None => self.problems.push((key, record.clone(), 1)),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    pub fn write_human(&self, out: &mut impl Write, command: &str, status: &str) -> io::Result<()> {
+        writeln!(out, "gpu-trace: `{command}` {status}")?;
+        if self.problems.is_empty() {
+            return writeln!(
+                out,
+                "gpu-trace: no denied or failed GPU device access by it or its children"
+            );
+        }
+        let n = self.problems.len();
+        writeln!(
+            out,
+            "gpu-trace: {n} problem{} with GPU devices:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for (i, (_, record, count)) in self.problems.iter().enumerate() {
+            let a = &record.access;
+            let verdict = if a.verdict.is_denied() {
+                "DENIED"
+            } else {
+                "FAILED"
+            };
+            let path = a
+                .open
+                .as_ref()
+                .map_or_else(|| "(not an open call)".into(), |o| printable(&o.path));
+            let device = if a.device_seen {
+                format!(
+                    "{} c {}:{} {}",
+                    record.device.as_deref().unwrap_or("(no driver)"),
+                    a.major,
+                    a.minor,
+                    a.access_letters()
+                )
+            } else {
+                record.device.clone().unwrap_or_default()
+            };
+            let errno = a
+                .open
+                .as_ref()
+                .and_then(|o| o.errno())
+                .map(errno_name)
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "  {}. {verdict} x{count}  {path}  {device}  {errno}  in {}",
+                i + 1,
+                record.container.label()
+            )?;
+            if let Some(diagnosis) = &record.diagnosis {
+                writeln!(
+                    out,
+                    "     cause ({}): {}",
+                    diagnosis.cause.id(),
+                    diagnosis.explanation
+                )?;
+                for (j, step) in diagnosis.fix.iter().enumerate() {
+                    let label = if j == 0 { "fix:" } else { "    " };
+                    writeln!(out, "     {label} {step}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn to_json(&self, command: &[String], exit_status: i32) -> Value {
+        let problems: Vec<Value> = self
+            .problems
+            .iter()
+            .map(|(_, record, count)| json!({ "count": count, "event": record_json(record) }))
+            .collect();
+        json!({ "report": { "command": command, "exit_status": exit_status, "problems": problems } })
+    }
+}

@@ -1,0 +1,150 @@
+//! `watch --metrics ADDR`: counters for Prometheus, in the OpenMetrics text
+//! format, over HTTP. prometheus-client (the Prometheus project's Rust
+//! client) renders them; axum serves them.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context;
+use axum::{http::header, response::IntoResponse, routing::get, Router};
+use prometheus_client::{
+    encoding::{text::encode, EncodeLabelSet},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use crate::{kernel::tracer::Hook, model::record::Record};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeniedLabels {
+    container: String,
+    device: String,
+    major: String,
+    minor: String,
+    access: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    hook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+pub struct Metrics {
+    denied: Family<DeniedLabels, Counter>,
+    events: Counter,
+    lost: Counter,
+    registry: Arc<Registry>,
+}
+
+impl Metrics {
+    pub fn new(hooks: &[Hook]) -> Self {
+        let mut registry = Registry::default();
+        let denied = Family::<DeniedLabels, Counter>::default();
+        registry.register(
+            "gpu_trace_denied",
+            "Denied GPU device accesses",
+            denied.clone(),
+        );
+        let events = Counter::default();
+        registry.register(
+            "gpu_trace_events",
+            "Device access events received from the kernel",
+            events.clone(),
+        );
+        let lost = Counter::default();
+        registry.register(
+            "gpu_trace_events_lost",
+            "Events the kernel could not hand over (ring buffer full)",
+            lost.clone(),
+        );
+        let attached = Family::<HookLabels, Gauge>::default();
+        registry.register(
+            "gpu_trace_hook_attached",
+            "1 for each hook in place, 0 for one the kernel refused",
+            attached.clone(),
+        );
+        for hook in hooks {
+            attached
+                .get_or_create(&HookLabels {
+                    hook: hook.name.clone(),
+                })
+                .set(i64::from(hook.refused.is_none()));
+        }
+        let build = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "gpu_trace_build_info",
+            "The running gpu-trace",
+            build.clone(),
+        );
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                commit: env!("GPU_TRACE_COMMIT").into(),
+            })
+            .set(1);
+        Self {
+            denied,
+            events,
+            lost,
+            registry: Arc::new(registry),
+        }
+    }
+
+    pub fn observe(&self, record: &Record) {
+        self.events.inc();
+        let a = &record.access;
+        if a.verdict.is_denied() {
+            let labels = DeniedLabels {
+                container: record.container.label(),
+                device: record.device.clone().unwrap_or_default(),
+                major: a.major.to_string(),
+                minor: a.minor.to_string(),
+                access: a.access_letters(),
+            };
+            self.denied.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Brings the lost counter up to the kernel's running total.
+    pub fn set_lost(&self, total: u64) {
+        let seen = self.lost.get();
+        if total > seen {
+            self.lost.inc_by(total - seen);
+        }
+    }
+
+    /// Serves /metrics on `addr` until the runtime stops.
+    pub async fn serve(&self, addr: SocketAddr) -> anyhow::Result<()> {
+        let registry = Arc::clone(&self.registry);
+        let app = Router::new().route(
+            "/metrics",
+            get(move || {
+                let registry = Arc::clone(&registry);
+                async move {
+                    let mut body = String::new();
+                    let _ = encode(&mut body, &registry);
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        body,
+                    )
+                        .into_response()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening for metrics on {addr}"))?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,7 @@
+//! What `watch` does with the records of a long run: narrow them down
+//! (filter), fold repeats, write them (sink) and count them (metrics).
+
+pub mod filter;
+pub mod fold;
+pub mod metrics;
+pub mod sink;

@@ -2,11 +2,8 @@
 //! against the programs in force on the event's cgroup. Policies and their
 //! answers are cached per cgroup and re-read when its set of programs changes.
 
-use crate::model::denied_by::DeniedBy;
-
 use std::{
-    fs::File,
-    path::{Path, PathBuf},
+    path::Path,
     rc::Rc,
     time::{Duration, Instant},
 };
@@ -14,15 +11,14 @@ use std::{
 use rustc_hash::FxHashMap;
 
 use crate::{
-    kernel::bpf_sys::device_programs, kernel::programs_in_force::CgroupPolicy,
-    kernel::programs_in_force::ProgramCache, model::access::Verdict, model::record::Record,
-    model::rendered::Rendered,
+    analysis::policy_source::{LiveHost, PolicySource},
+    kernel::programs_in_force::CgroupPolicy,
+    model::{access::Verdict, denied_by::DeniedBy, record::Record, rendered::Rendered},
 };
-use gpu_trace_policy::{Answer, DeviceQuery, V1Answer};
+use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer};
 
-pub struct Attributor {
-    mount: PathBuf,
-    programs: ProgramCache,
+pub struct Attributor<S = LiveHost> {
+    source: S,
     /// By cgroup id.
     policies: FxHashMap<u64, CachedPolicy>,
     /// v1 verdicts by process, cgroup and access, with when they were
@@ -39,11 +35,16 @@ type V1Key = (u32, u64, DeviceQuery);
 /// Bound on `v1_answers`; past it the table starts afresh.
 const V1_ANSWERS_CAPACITY: usize = 4096;
 
-impl Attributor {
-    pub fn new(mount: impl Into<PathBuf>) -> Self {
+impl Attributor<LiveHost> {
+    pub fn new(mount: impl Into<std::path::PathBuf>) -> Self {
+        Self::with_source(LiveHost::new(mount))
+    }
+}
+
+impl<S: PolicySource> Attributor<S> {
+    pub fn with_source(source: S) -> Self {
         Self {
-            mount: mount.into(),
-            programs: ProgramCache::default(),
+            source,
             policies: FxHashMap::default(),
             v1_answers: FxHashMap::default(),
         }
@@ -93,7 +94,8 @@ impl Attributor {
         {
             return known.clone();
         }
-        let culprit = Rc::new(Rendered::new(v1_culprit(record.access.pid, query)));
+        let list = self.source.devices_list(record.access.pid);
+        let culprit = Rc::new(Rendered::new(v1_culprit(list, query)));
         // Not an answer worth keeping: the process was gone, or no v1 controller.
         if matches!(**culprit, DeniedBy::Unknown { .. }) {
             return culprit;
@@ -183,12 +185,11 @@ impl Attributor {
 
     /// Re-queries the cgroup's programs; re-reads the policy only if they changed.
     fn refresh(&mut self, id: u64, cgroup: &Path) -> anyhow::Result<()> {
-        let dir = self.mount.join(cgroup.strip_prefix("/").unwrap_or(cgroup));
-        let current = device_programs(File::open(&dir)?, true)?.program_ids;
+        let current = self.source.program_ids(cgroup)?;
         match self.policies.get_mut(&id) {
             Some(cached) if cached.ids == current => cached.checked = Instant::now(),
             _ => {
-                let policy = CgroupPolicy::read(&self.mount, cgroup, &mut self.programs)?;
+                let policy = self.source.policy(cgroup)?;
                 self.policies.insert(
                     id,
                     CachedPolicy {
@@ -222,8 +223,8 @@ struct CachedPolicy {
     answers: FxHashMap<DeviceQuery, Option<Rc<Rendered<DeniedBy>>>>,
 }
 
-fn v1_culprit(pid: u32, query: &DeviceQuery) -> DeniedBy {
-    match crate::host::proc_pid::devices_list_of(pid) {
+fn v1_culprit(list: std::io::Result<Option<DevicesList>>, query: &DeviceQuery) -> DeniedBy {
+    match list {
         Ok(Some(list)) => {
             let note = match list.answer(query) {
                 V1Answer::Denied => format!("no rule allows c {}:{}", query.major, query.minor),
@@ -234,5 +235,136 @@ fn v1_culprit(pid: u32, query: &DeviceQuery) -> DeniedBy {
         }
         Ok(None) => DeniedBy::Unknown { note: "EPERM after the BPF policies allowed it, and no cgroup v1 devices controller: another check (an LSM?)".into() },
         Err(_) => DeniedBy::Unknown { note: "EPERM after the BPF policies allowed it; the process is gone, so its v1 devices cgroup cannot be read".into() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{cell::Cell, io, path::Path};
+
+    use gpu_trace_policy::DevicesList;
+
+    use super::*;
+    use crate::{
+        analysis::test_support::record, kernel::programs_in_force::PolicyProgram,
+        scenario::denylist_program,
+    };
+
+    /// Recorded programs and a recorded devices.list, counting the reads.
+    struct Recorded {
+        programs: Vec<PolicyProgram>,
+        v1: Option<Vec<&'static str>>,
+        policy_reads: Cell<u32>,
+    }
+
+    impl Recorded {
+        /// One program, id 920, attached at /lxc/200, denying `major` for rw.
+        fn denying(major: u32) -> Self {
+            Self {
+                programs: vec![PolicyProgram {
+                    id: 920,
+                    name: "lxc_devices".into(),
+                    tag: "ab12".into(),
+                    attached_at: "/lxc/200".into(),
+                    attach_mode: "multi",
+                    insns: denylist_program(&[(major, 6)]),
+                }],
+                v1: None,
+                policy_reads: Cell::new(0),
+            }
+        }
+    }
+
+    impl PolicySource for Recorded {
+        fn program_ids(&mut self, _: &Path) -> anyhow::Result<Vec<u32>> {
+            Ok(self.programs.iter().map(|p| p.id).collect())
+        }
+        fn policy(&mut self, cgroup: &Path) -> anyhow::Result<CgroupPolicy> {
+            self.policy_reads.set(self.policy_reads.get() + 1);
+            Ok(CgroupPolicy {
+                cgroup: cgroup.display().to_string(),
+                programs: self.programs.clone(),
+            })
+        }
+        fn devices_list(&mut self, _: u32) -> io::Result<Option<DevicesList>> {
+            Ok(self.v1.as_ref().map(|lines| DevicesList {
+                cgroup: "/lxc/200".into(),
+                lines: lines.iter().map(|l| l.to_string()).collect(),
+            }))
+        }
+    }
+
+    fn attribute(attributor: &mut Attributor<Recorded>, verdict: Verdict) -> Record {
+        let mut r = record("/lxc/200", "/dev/nvidia-uvm", 509, 0, verdict, -libc::EPERM);
+        attributor.attribute(&mut r);
+        r
+    }
+
+    #[test]
+    fn a_denial_of_unknown_layer_goes_to_the_program_that_denies_it() {
+        let mut attributor = Attributor::with_source(Recorded::denying(509));
+        let r = attribute(&mut attributor, Verdict::Denied);
+        assert_eq!(r.access.verdict, Verdict::DeniedByBpfPolicy);
+        assert_eq!(r.access.bpf_retval, -libc::EPERM);
+        assert_eq!(
+            **r.denied_by.expect("a culprit"),
+            DeniedBy::Program {
+                id: 920,
+                name: "lxc_devices".into(),
+                tag: "ab12".into(),
+                attached_at: "/lxc/200".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn programs_that_allow_leave_the_denial_to_v1_devices_list() {
+        let mut source = Recorded::denying(195);
+        source.v1 = Some(vec!["c 195:* rwm", "c 1:3 rwm"]);
+        let mut attributor = Attributor::with_source(source);
+        let r = attribute(&mut attributor, Verdict::Denied);
+        assert_eq!(r.access.verdict, Verdict::DeniedAfterBpf);
+        assert_eq!(
+            **r.denied_by.expect("a culprit"),
+            DeniedBy::DevicesList {
+                cgroup: "/lxc/200".into(),
+                note: "no rule allows c 509:0".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_kernel_denial_the_programs_allow_is_a_disagreement_read_twice() {
+        let mut attributor = Attributor::with_source(Recorded::denying(195));
+        let r = attribute(&mut attributor, Verdict::DeniedByBpfPolicy);
+        assert_eq!(r.access.verdict, Verdict::DeniedByBpfPolicy);
+        assert!(matches!(
+            &**r.denied_by.expect("a note"),
+            DeniedBy::Unknown { note } if note.starts_with("the evaluator and the kernel disagree")
+        ));
+        // The ids did not change between the two looks: the policy was read once.
+        assert_eq!(attributor.source.policy_reads.get(), 1);
+    }
+
+    #[test]
+    fn a_repeated_denial_is_answered_from_the_cache() {
+        let mut attributor = Attributor::with_source(Recorded::denying(509));
+        let first = attribute(&mut attributor, Verdict::Denied);
+        let again = attribute(&mut attributor, Verdict::Denied);
+        assert_eq!(attributor.source.policy_reads.get(), 1);
+        assert!(Rc::ptr_eq(
+            first.denied_by.as_ref().expect("culprit"),
+            again.denied_by.as_ref().expect("culprit")
+        ));
+    }
+
+    #[test]
+    fn without_a_v1_controller_the_layer_is_unknown() {
+        let mut attributor = Attributor::with_source(Recorded::denying(195));
+        let r = attribute(&mut attributor, Verdict::DeniedAfterBpf);
+        assert!(matches!(
+            &**r.denied_by.expect("a note"),
+            DeniedBy::Unknown { note } if note.contains("no cgroup v1 devices controller")
+        ));
     }
 }

@@ -417,80 +417,15 @@ pub fn allow_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::diagnosis::Cause;
-    use crate::model::diagnosis::Diagnosis;
-    use crate::{
-        cgroup::identity::identify, cgroup::identity::NameSources, model::access::DeviceAccess,
-        model::access::OpenCall, model::access::VerdictSource,
-    };
-    use std::time::SystemTime;
-
-    const PROC_DEVICES: &str = "Character devices:\n195 nvidia-frontend\n509 nvidia-uvm\n";
-
-    fn record(
-        cgroup: &str,
-        path: &str,
-        major: u32,
-        minor: u32,
-        verdict: Verdict,
-        ret: i32,
-    ) -> Record {
-        let majors = CharMajors::parse(PROC_DEVICES);
-        let driver = majors.driver(major).map(str::to_string);
-        let node = driver
-            .as_deref()
-            .and_then(|d| NvidiaNode::from_device(d, minor))
-            .or_else(|| NvidiaNode::from_path(path.as_bytes()));
-        Record {
-            access: DeviceAccess {
-                boot_ns: 0,
-                pid: 1,
-                tid: 1,
-                uid: 1000,
-                comm: b"python3".to_vec(),
-                cgroup_id: 7,
-                device_seen: verdict != Verdict::FailedBeforeDeviceCheck,
-                block_device: false,
-                major,
-                minor,
-                access: 6,
-                verdict,
-                bpf_retval: if verdict == Verdict::DeniedByBpfPolicy {
-                    -1
-                } else {
-                    0
-                },
-                verdict_from: VerdictSource::BpfRetval,
-                open: Some(OpenCall {
-                    syscall: "openat",
-                    path: path.into(),
-                    path_truncated: false,
-                    ret: Some(ret),
-                }),
-            },
-            time: SystemTime::UNIX_EPOCH,
-            count: 1,
-            first_seen: SystemTime::UNIX_EPOCH,
-            last_seen: SystemTime::UNIX_EPOCH,
-            cgroup: Some(cgroup.into()),
-            container: Rc::new(crate::model::rendered::Rendered::new(identify(
-                cgroup,
-                &NameSources {
-                    pve_lxc_dir: "/none".into(),
-                    docker_containers_dir: "/none".into(),
-                },
-            ))),
-            driver,
-            device: node.map(NvidiaNode::name),
-            node,
-            denied_by: None,
-            diagnosis: None,
-        }
-    }
+    use crate::analysis::test_support::{record, PROC_DEVICES};
 
     fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
         d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)
     }
+
+    use crate::model::diagnosis::Cause;
+    use crate::model::diagnosis::Diagnosis;
+    use crate::{cgroup::identity::identify, cgroup::identity::NameSources};
 
     #[test]
     fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {

@@ -6,3 +6,6 @@ pub mod attribute;
 pub mod diagnose;
 pub mod enrich;
 pub mod pipeline;
+pub mod policy_source;
+#[cfg(test)]
+mod test_support;

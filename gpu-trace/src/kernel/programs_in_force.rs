@@ -29,8 +29,9 @@ pub struct PolicyProgram {
     pub attached_at: String,
     /// Attach flags of that cgroup: "multi", "override" or "exclusive".
     pub attach_mode: &'static str,
+    /// Its translated instructions, as the kernel hands them out.
     #[serde(skip)]
-    insns: Vec<Insn>,
+    pub insns: Vec<Insn>,
 }
 
 impl PolicyProgram {

@@ -1,0 +1,76 @@
+//! Records as the enrich stage makes them, for the analysis tests.
+
+use std::{rc::Rc, time::SystemTime};
+
+use crate::{
+    cgroup::identity::{identify, NameSources},
+    host::proc_devices::CharMajors,
+    model::{
+        access::{DeviceAccess, OpenCall, Verdict, VerdictSource},
+        node::NvidiaNode,
+        record::Record,
+    },
+};
+
+pub const PROC_DEVICES: &str = "Character devices:\n195 nvidia-frontend\n509 nvidia-uvm\n";
+
+pub fn record(
+    cgroup: &str,
+    path: &str,
+    major: u32,
+    minor: u32,
+    verdict: Verdict,
+    ret: i32,
+) -> Record {
+    let majors = CharMajors::parse(PROC_DEVICES);
+    let driver = majors.driver(major).map(str::to_string);
+    let node = driver
+        .as_deref()
+        .and_then(|d| NvidiaNode::from_device(d, minor))
+        .or_else(|| NvidiaNode::from_path(path.as_bytes()));
+    Record {
+        access: DeviceAccess {
+            boot_ns: 0,
+            pid: 1,
+            tid: 1,
+            uid: 1000,
+            comm: b"python3".to_vec(),
+            cgroup_id: 7,
+            device_seen: verdict != Verdict::FailedBeforeDeviceCheck,
+            block_device: false,
+            major,
+            minor,
+            access: 6,
+            verdict,
+            bpf_retval: if verdict == Verdict::DeniedByBpfPolicy {
+                -1
+            } else {
+                0
+            },
+            verdict_from: VerdictSource::BpfRetval,
+            open: Some(OpenCall {
+                syscall: "openat",
+                path: path.into(),
+                path_truncated: false,
+                ret: Some(ret),
+            }),
+        },
+        time: SystemTime::UNIX_EPOCH,
+        count: 1,
+        first_seen: SystemTime::UNIX_EPOCH,
+        last_seen: SystemTime::UNIX_EPOCH,
+        cgroup: Some(cgroup.into()),
+        container: Rc::new(crate::model::rendered::Rendered::new(identify(
+            cgroup,
+            &NameSources {
+                pve_lxc_dir: "/none".into(),
+                docker_containers_dir: "/none".into(),
+            },
+        ))),
+        driver,
+        device: node.map(NvidiaNode::name),
+        node,
+        denied_by: None,
+        diagnosis: None,
+    }
+}

@@ -70,14 +70,16 @@ impl<S: PolicySource> Attributor<S> {
                     note: "the evaluator and the kernel disagree: the programs in force now allow this access (they may have changed since)".into(),
                 }))),
             ),
-            Verdict::Denied => match self.bpf_culprit(record, &query) {
+            Verdict::DeniedLayerUnknown => match self.bpf_culprit(record, &query) {
                 Some(culprit) => (Verdict::DeniedByBpfPolicy, culprit),
                 None => (Verdict::DeniedAfterBpf, self.v1_culprit(record, &query)),
             },
             Verdict::DeniedAfterBpf => (Verdict::DeniedAfterBpf, self.v1_culprit(record, &query)),
             _ => return,
         };
-        if record.access.verdict == Verdict::Denied && verdict == Verdict::DeniedByBpfPolicy {
+        if record.access.verdict == Verdict::DeniedLayerUnknown
+            && verdict == Verdict::DeniedByBpfPolicy
+        {
             // What bpf_get_retval would have read.
             record.access.bpf_retval = -libc::EPERM;
         }
@@ -303,7 +305,7 @@ mod tests {
     #[test]
     fn a_denial_of_unknown_layer_goes_to_the_program_that_denies_it() {
         let mut attributor = Attributor::with_source(Recorded::denying(509));
-        let r = attribute(&mut attributor, Verdict::Denied);
+        let r = attribute(&mut attributor, Verdict::DeniedLayerUnknown);
         assert_eq!(r.access.verdict, Verdict::DeniedByBpfPolicy);
         assert_eq!(r.access.bpf_retval, -libc::EPERM);
         assert_eq!(
@@ -322,7 +324,7 @@ mod tests {
         let mut source = Recorded::denying(195);
         source.v1 = Some(vec!["c 195:* rwm", "c 1:3 rwm"]);
         let mut attributor = Attributor::with_source(source);
-        let r = attribute(&mut attributor, Verdict::Denied);
+        let r = attribute(&mut attributor, Verdict::DeniedLayerUnknown);
         assert_eq!(r.access.verdict, Verdict::DeniedAfterBpf);
         assert_eq!(
             **r.denied_by.expect("a culprit"),
@@ -349,8 +351,8 @@ mod tests {
     #[test]
     fn a_repeated_denial_is_answered_from_the_cache() {
         let mut attributor = Attributor::with_source(Recorded::denying(509));
-        let first = attribute(&mut attributor, Verdict::Denied);
-        let again = attribute(&mut attributor, Verdict::Denied);
+        let first = attribute(&mut attributor, Verdict::DeniedLayerUnknown);
+        let again = attribute(&mut attributor, Verdict::DeniedLayerUnknown);
         assert_eq!(attributor.source.policy_reads.get(), 1);
         assert!(Rc::ptr_eq(
             first.denied_by.as_ref().expect("culprit"),

@@ -6,7 +6,7 @@
 use crate::model::diagnosis::Cause;
 use crate::model::diagnosis::Diagnosis;
 
-use std::{path::Path, rc::Rc};
+use std::rc::Rc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -119,7 +119,7 @@ impl Diagnoser {
             Verdict::FailedBeforeDeviceCheck => node_missing(record),
             Verdict::DeniedAfterBpf => v1_devices_list(record),
             // Denied reaches here only unattributed; BPF is the usual layer.
-            Verdict::DeniedByBpfPolicy | Verdict::Denied => {
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedLayerUnknown => {
                 if self.allowed.contains(&(a.cgroup_id, a.major, a.minor)) {
                     rules_rewritten(record)
                 } else if let Some(stale) = stale_major(record, majors) {
@@ -275,7 +275,7 @@ fn node_missing(record: &Record) -> Parts {
     let path = path_of(record);
     let (why, fix) = match NvidiaNode::from_path(path.as_bytes()) {
         Some(NvidiaNode::Uvm | NvidiaNode::UvmTools) => (
-            if uvm_module_loaded() {
+            if crate::host::proc_devices::nvidia_uvm_loaded() {
                 "the nvidia_uvm module is loaded but the node was never created"
             } else {
                 "the nvidia_uvm module is not loaded, so the node was never created"
@@ -305,10 +305,6 @@ fn node_missing(record: &Record) -> Parts {
         explanation: format!("{path} does not exist (ENOENT): {why}"),
         fix: fixes,
     }
-}
-
-fn uvm_module_loaded() -> bool {
-    Path::new("/sys/module/nvidia_uvm").exists()
 }
 
 fn file_permissions(record: &Record) -> Parts {

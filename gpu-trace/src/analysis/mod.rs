@@ -2,6 +2,7 @@
 //! enrich (names), attribute (the policy that denied it), diagnose (the
 //! root cause and its fix), in that order (`pipeline`).
 
+pub mod access_check;
 pub mod attribute;
 pub mod diagnose;
 pub mod enrich;

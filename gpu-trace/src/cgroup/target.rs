@@ -104,6 +104,44 @@ fn unified_path_in(membership: &str) -> Option<&str> {
     membership.lines().find_map(|line| line.strip_prefix("0::"))
 }
 
+/// `check`'s target: the cgroup directory and, when known, a process in
+/// it. A path, a pid or a container, else gpu-trace's own cgroup.
+pub fn check_target(
+    mount: &Path,
+    cgroups: &mut CgroupPaths,
+    cgroup: Option<&Path>,
+    pid: Option<u32>,
+    container: Option<&str>,
+) -> anyhow::Result<(PathBuf, Option<u32>)> {
+    Ok(match (cgroup, pid, container) {
+        (Some(path), _, _) => (cgroup_dir(mount, path)?, None),
+        (None, Some(pid), _) => (
+            mount.join(
+                cgroup_of_pid(pid)?
+                    .strip_prefix("/")
+                    .unwrap_or(Path::new("")),
+            ),
+            Some(pid),
+        ),
+        (None, None, Some(query)) => {
+            let dir = container_dir(mount, cgroups, query)?;
+            let pid = first_pid_in(&dir);
+            (dir, pid)
+        }
+        (None, None, None) => {
+            let me = std::process::id();
+            (
+                mount.join(
+                    cgroup_of_pid(me)?
+                        .strip_prefix("/")
+                        .unwrap_or(Path::new("")),
+                ),
+                Some(me),
+            )
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,13 +35,13 @@ use crate::{
     host::preflight::Host,
     host::proc_devices::CharMajors,
     kernel::tracer::Tracer,
-    kernel::tracer::WakeupPacing,
     kernel::tracer::DRAIN_BATCH,
     model::exit_status,
     render::announce::{hook_lines, Hooks},
     render::output::write_record,
     render::output::Format,
     render::run_report::Report,
+    stream::pacing::WakeupPacing,
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.

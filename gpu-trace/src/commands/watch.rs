@@ -13,9 +13,9 @@ use crate::{
     analysis::enrich::Enricher, analysis::pipeline::Pipeline, cgroup::paths::CgroupPaths,
     cli::tracer_config, cli::WatchArgs, host::preflight::check_host,
     host::proc_devices::CharMajors, kernel::tracer::Tracer, kernel::tracer::TracerConfig,
-    kernel::tracer::WakeupPacing, kernel::tracer::DRAIN_BATCH,
-    kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce, render::output::write_record,
-    render::output::Format, stream::filter::Filter, stream::fold::Folder, stream::metrics::Metrics,
+    kernel::tracer::DRAIN_BATCH, kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce,
+    render::output::write_record, render::output::Format, stream::filter::Filter,
+    stream::fold::Folder, stream::metrics::Metrics, stream::pacing::WakeupPacing,
     stream::sink::Sink,
 };
 

@@ -70,6 +70,11 @@ impl CharMajors {
     }
 }
 
+/// Whether the nvidia_uvm module is loaded (it makes /dev/nvidia-uvm).
+pub fn nvidia_uvm_loaded() -> bool {
+    std::path::Path::new("/sys/module/nvidia_uvm").exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,9 @@
 //! Kernel records decoded into typed device accesses.
 
 use gpu_trace_common::{
-    DeviceAccessEvent, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN,
-    FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT,
-    SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN,
-    SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    DeviceAccessEvent, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS,
+    FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT, SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2,
+    SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -18,7 +17,7 @@ pub enum Verdict {
     DeniedAfterBpf,
     /// Denied, by which layer not yet known: the verdict came from fexit or
     /// the errno. Attribution settles it by evaluating the BPF policies.
-    Denied,
+    DeniedLayerUnknown,
     /// An open of /dev/nvidia* failed before any device check: the node is
     /// missing (ENOENT) or its file mode refused the caller (EACCES).
     FailedBeforeDeviceCheck,
@@ -29,7 +28,7 @@ impl Verdict {
     pub fn is_denied(self) -> bool {
         matches!(
             self,
-            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::Denied
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::DeniedLayerUnknown
         )
     }
 
@@ -42,7 +41,9 @@ impl Verdict {
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Allowed => "allowed",
-            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::Denied => "denied",
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::DeniedLayerUnknown => {
+                "denied"
+            }
             Verdict::FailedBeforeDeviceCheck => "failed",
         }
     }
@@ -53,7 +54,7 @@ impl Verdict {
             Verdict::Allowed => "none",
             Verdict::DeniedByBpfPolicy => "cgroup-bpf",
             Verdict::DeniedAfterBpf => "not-bpf",
-            Verdict::Denied => "unknown",
+            Verdict::DeniedLayerUnknown => "unknown",
             Verdict::FailedBeforeDeviceCheck => "before-device-check",
         }
     }
@@ -63,7 +64,7 @@ impl Verdict {
             Verdict::Allowed => "allowed",
             Verdict::DeniedByBpfPolicy => "by cgroup BPF device policy",
             Verdict::DeniedAfterBpf => "not by BPF policy: cgroup v1 devices.list or other",
-            Verdict::Denied => "by a device policy",
+            Verdict::DeniedLayerUnknown => "by a device policy",
             Verdict::FailedBeforeDeviceCheck => "before any device check",
         }
     }
@@ -181,7 +182,7 @@ impl DeviceAccess {
         } else if by_bpf && eperm {
             Verdict::DeniedAfterBpf
         } else if raw.head.hook_verdict != 0 || eperm {
-            Verdict::Denied
+            Verdict::DeniedLayerUnknown
         } else {
             Verdict::Allowed
         };
@@ -206,11 +207,7 @@ impl DeviceAccess {
 
     /// "rw", "m", ... in the order of cgroup device rules.
     pub fn access_letters(&self) -> String {
-        [(ACCESS_READ, 'r'), (ACCESS_WRITE, 'w'), (ACCESS_MKNOD, 'm')]
-            .iter()
-            .filter(|(bit, _)| self.access & bit != 0)
-            .map(|(_, letter)| *letter)
-            .collect()
+        gpu_trace_policy::access_letters(self.access)
     }
 
     pub fn type_letter(&self) -> char {
@@ -229,7 +226,7 @@ fn until_nul(bytes: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_trace_common::{EventHead, DEV_TYPE_CHAR};
+    use gpu_trace_common::{EventHead, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
 
     fn raw(hook_verdict: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
         let mut e = DeviceAccessEvent {
@@ -277,14 +274,14 @@ mod tests {
     fn fexit_and_errno_denials_leave_the_layer_to_attribution() {
         // fexit: the kernel's final verdict, whatever the errno.
         let fexit = DeviceAccess::decode(&raw(-1, -1, true), VerdictSource::Fexit);
-        assert_eq!(fexit.verdict, Verdict::Denied);
+        assert_eq!(fexit.verdict, Verdict::DeniedLayerUnknown);
         assert_eq!(
             fexit.bpf_retval, 0,
             "not observed: attribution works it out"
         );
         // errno: no verdict in the event, EPERM from the open.
         let errno = DeviceAccess::decode(&raw(0, -1, true), VerdictSource::Errno);
-        assert_eq!(errno.verdict, Verdict::Denied);
+        assert_eq!(errno.verdict, Verdict::DeniedLayerUnknown);
         assert!(errno.verdict.is_denied());
         let allowed = DeviceAccess::decode(&raw(0, 3, true), VerdictSource::Errno);
         assert_eq!(allowed.verdict, Verdict::Allowed);

@@ -2,5 +2,6 @@
 //! and `run`'s closing report.
 
 pub mod announce;
+pub mod check_report;
 pub mod output;
 pub mod run_report;

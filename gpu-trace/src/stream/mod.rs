@@ -4,4 +4,5 @@
 pub mod filter;
 pub mod fold;
 pub mod metrics;
+pub mod pacing;
 pub mod sink;

@@ -1,0 +1,268 @@
+//! What a cgroup may open, decided as the kernel would: its BPF device
+//! programs first, then cgroup v1's devices.list; and the NVIDIA nodes one
+//! mount namespace sees, each with that decision. `check` reports it.
+
+use std::{
+    fs,
+    os::unix::fs::{FileTypeExt, MetadataExt},
+    path::{Path, PathBuf},
+};
+
+use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
+use serde::Serialize;
+
+use crate::{
+    host::proc_devices::CharMajors, kernel::programs_in_force::CgroupPolicy,
+    model::node::NvidiaNode,
+};
+use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer, ACCESS_LETTERS};
+
+/// Nodes that should exist on a host with the driver and nvidia_uvm loaded.
+const EXPECTED: [&str; 4] = [
+    "nvidiactl",
+    "nvidia-uvm",
+    "nvidia-uvm-tools",
+    "nvidia-modeset",
+];
+
+/// The nodes as one mount namespace sees them.
+#[derive(Debug, Serialize)]
+pub struct View {
+    /// "host" or "target".
+    pub name: &'static str,
+    pub dev_dir: PathBuf,
+    pub nodes: Vec<NodeRow>,
+    pub missing: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeRow {
+    #[serde(skip)]
+    pub node: NvidiaNode,
+    pub path: PathBuf,
+    pub kind: String,
+    pub major: u32,
+    pub minor: u32,
+    /// The allowed subset of "rwm", '-' for what is denied, '?' unknown.
+    pub access: String,
+    /// "allowed" (rw), "denied" or "unknown".
+    pub verdict: &'static str,
+    pub decided_by: String,
+    /// Set when the major is not the driver's today.
+    pub stale: Option<String>,
+}
+
+pub fn same_root(root: &Path) -> bool {
+    let ids = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    ids(root).is_some() && ids(root) == ids(Path::new("/"))
+}
+
+/// What a CUDA program opens: nvidiactl, nvidia-uvm and a GPU node.
+pub fn is_needed(node: NvidiaNode) -> bool {
+    matches!(node, NvidiaNode::Ctl | NvidiaNode::Uvm | NvidiaNode::Gpu(_))
+}
+
+/// nvidiactl, nvidia-uvm and at least one nvidiaN: there, current, allowed.
+pub fn cuda_usable(view: &View) -> bool {
+    let good: Vec<NvidiaNode> = view
+        .nodes
+        .iter()
+        .filter(|r| r.verdict == "allowed" && r.stale.is_none())
+        .map(|r| r.node)
+        .collect();
+    good.contains(&NvidiaNode::Ctl)
+        && good.contains(&NvidiaNode::Uvm)
+        && good.iter().any(|n| matches!(n, NvidiaNode::Gpu(_)))
+}
+
+/// The NVIDIA nodes under `dev_dir` and what the policy says about each.
+pub fn view(
+    name: &'static str,
+    dev_dir: PathBuf,
+    policy: &CgroupPolicy,
+    v1: Option<&DevicesList>,
+    majors: &CharMajors,
+) -> View {
+    let mut paths: Vec<PathBuf> = list_dir(&dev_dir);
+    paths.extend(list_dir(&dev_dir.join("nvidia-caps")));
+    let mut nodes: Vec<NodeRow> = paths
+        .into_iter()
+        .filter_map(|path| {
+            let node = NvidiaNode::from_path(path.as_os_str().as_encoded_bytes())?;
+            let meta = fs::metadata(&path).ok()?;
+            meta.file_type()
+                .is_char_device()
+                .then(|| row(path, node, meta.rdev(), policy, v1, majors))
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.path.cmp(&b.path));
+    let present = |kind: &str| nodes.iter().any(|n| n.kind == kind);
+    let mut missing: Vec<String> = EXPECTED
+        .iter()
+        .filter(|k| !present(k))
+        .map(|k| k.to_string())
+        .collect();
+    if !nodes.iter().any(|n| matches!(n.node, NvidiaNode::Gpu(_))) {
+        missing.push("nvidia0 (any nvidiaN)".into());
+    }
+    View {
+        name,
+        dev_dir,
+        nodes,
+        missing,
+    }
+}
+
+fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+pub fn row(
+    path: PathBuf,
+    node: NvidiaNode,
+    rdev: u64,
+    policy: &CgroupPolicy,
+    v1: Option<&DevicesList>,
+    majors: &CharMajors,
+) -> NodeRow {
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let decide = |access: u16| {
+        decide(
+            policy,
+            v1,
+            &DeviceQuery {
+                dev_type: DEV_TYPE_CHAR,
+                major,
+                minor,
+                access,
+            },
+        )
+    };
+    let letters: String = ACCESS_LETTERS
+        .iter()
+        .map(|&(bit, letter)| match decide(bit).0 {
+            Decision::Allowed => letter,
+            Decision::Denied => '-',
+            Decision::Unknown => '?',
+        })
+        .collect();
+    let (decision, decided_by) = decide(ACCESS_READ | ACCESS_WRITE);
+    let stale = match majors.driver(major) {
+        Some(driver)
+            if driver == node.driver()
+                || (node.driver() == "nvidia-frontend" && driver == "nvidia") =>
+        {
+            None
+        }
+        owner => {
+            let today = majors
+                .nvidia_majors()
+                .into_iter()
+                .find(|&m| majors.driver(m) == Some(node.driver()));
+            let owner = owner.map_or("no driver".to_string(), str::to_string);
+            Some(match today {
+                Some(today) => format!(
+                    "major {major} belongs to {owner}; {} has major {today} today (a stale node)",
+                    node.driver()
+                ),
+                None => format!(
+                    "major {major} belongs to {owner}, and {} is not loaded",
+                    node.driver()
+                ),
+            })
+        }
+    };
+    NodeRow {
+        node,
+        path,
+        kind: node.name(),
+        major,
+        minor,
+        access: letters,
+        verdict: match decision {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::Unknown => "unknown",
+        },
+        decided_by,
+        stale,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    Denied,
+    Unknown,
+}
+
+/// BPF programs first, then cgroup v1's devices.list, as the kernel checks them.
+pub fn decide(
+    policy: &CgroupPolicy,
+    v1: Option<&DevicesList>,
+    query: &DeviceQuery,
+) -> (Decision, String) {
+    match policy.answer(query) {
+        Answer::DeniedBy(i) => return (Decision::Denied, policy.programs[i].label()),
+        Answer::Unknown(i, why) => {
+            return (
+                Decision::Unknown,
+                format!("cannot evaluate program {}: {why}", policy.programs[i].id),
+            )
+        }
+        Answer::Allowed => {}
+    }
+    let by_bpf = if policy.programs.is_empty() {
+        "no device program".to_string()
+    } else {
+        "no program denies it".to_string()
+    };
+    match v1.map(|l| (l, l.answer(query))) {
+        None => (Decision::Allowed, by_bpf),
+        Some((l, V1Answer::Allowed(line))) => (
+            Decision::Allowed,
+            format!("{by_bpf}; devices.list of {}: `{line}`", l.cgroup),
+        ),
+        Some((l, V1Answer::AllowedByDefault)) => (
+            Decision::Allowed,
+            format!(
+                "{by_bpf}; devices.list of {} allows all (unlisted deny exceptions possible)",
+                l.cgroup
+            ),
+        ),
+        Some((l, V1Answer::Denied)) => (
+            Decision::Denied,
+            format!("devices.list of v1 cgroup {} has no rule for it", l.cgroup),
+        ),
+    }
+}
+
+/// What stands in CUDA's way, one line each: stale majors, needed nodes
+/// not allowed, nodes missing, nvidia_uvm not loaded.
+pub fn problems(views: &[View], nvidia_uvm_loaded: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    for view in views {
+        for row in &view.nodes {
+            if let Some(stale) = &row.stale {
+                problems.push(format!("{}: {}", row.path.display(), stale));
+            }
+            if row.verdict != "allowed" && is_needed(row.node) {
+                problems.push(format!(
+                    "{}: {} ({})",
+                    row.path.display(),
+                    row.verdict,
+                    row.decided_by
+                ));
+            }
+        }
+        for name in &view.missing {
+            problems.push(format!("{}: {name} is missing", view.dev_dir.display()));
+        }
+    }
+    if !nvidia_uvm_loaded {
+        problems.push("the nvidia_uvm module is not loaded (`nvidia-modprobe -u -c=0` loads it and makes its nodes)".into());
+    }
+    problems
+}

@@ -18,10 +18,7 @@ use nix::{
     sys::signal::{kill, Signal},
     unistd::{getpgrp, tcgetpgrp, Pid},
 };
-use tokio::{
-    io::{unix::AsyncFd, Interest},
-    signal::unix::{signal, SignalKind},
-};
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
     analysis::pipeline::Pipeline,
@@ -41,7 +38,7 @@ use crate::{
     render::output::write_record,
     render::output::Format,
     render::run_report::Report,
-    stream::pacing::WakeupPacing,
+    stream::ring_events::RingEvents,
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -155,10 +152,7 @@ async fn trace_command(
         );
     }
 
-    // SAFETY: the ring buffer's fd stays open while `tracer` lives, which
-    // outlasts `ready` (dropped at the end of this function).
-    let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
-        .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
+    let mut ring = RingEvents::register(tracer)?;
     let mut report = Report::default();
     // How many it handed over (`limit`: more may wait; see Tracer::drain).
     let mut stream = |tracer: &mut Tracer, limit: usize| {
@@ -172,16 +166,12 @@ async fn trace_command(
         })
     };
 
-    let mut pacing = WakeupPacing::default();
     let status = loop {
         tokio::select! {
-            guard = ready.readable(), if !pacing.backlog() => {
-                guard?.clear_ready();
-                pacing.before_drain().await;
-                pacing.drained(stream(tracer, DRAIN_BATCH));
-            }
-            _ = tokio::task::yield_now(), if pacing.backlog() => {
-                pacing.drained(stream(tracer, DRAIN_BATCH));
+            due = ring.drain_due() => {
+                due?;
+                ring.before_drain().await;
+                ring.drained(stream(tracer, DRAIN_BATCH));
             }
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),

@@ -4,7 +4,6 @@ use std::io;
 
 use anyhow::Context;
 use tokio::{
-    io::{unix::AsyncFd, Interest},
     signal::unix::{signal, SignalKind},
     time::{interval, Duration, MissedTickBehavior},
 };
@@ -15,7 +14,7 @@ use crate::{
     host::proc_devices::CharMajors, kernel::tracer::Tracer, kernel::tracer::TracerConfig,
     kernel::tracer::DRAIN_BATCH, kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce,
     render::output::write_record, render::output::Format, stream::filter::Filter,
-    stream::fold::Folder, stream::metrics::Metrics, stream::pacing::WakeupPacing,
+    stream::fold::Folder, stream::metrics::Metrics, stream::ring_events::RingEvents,
     stream::sink::Sink,
 };
 
@@ -139,10 +138,7 @@ async fn stream(
     args: &WatchArgs,
     config: &TracerConfig,
 ) -> anyhow::Result<()> {
-    // SAFETY: the ring buffer's fd stays open while `tracer` lives, which
-    // outlasts `ready` (dropped at the end of this function).
-    let ready = unsafe { AsyncFd::register_with_interest(tracer.events_fd(), Interest::READABLE) }
-        .map_err(|e| anyhow::anyhow!("registering the event ring buffer: {e}"))?;
+    let mut ring = RingEvents::register(tracer)?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -155,9 +151,6 @@ async fn stream(
     let mut ticks = interval(TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
 
-    // After a drain that stopped at its limit, drain again without waiting
-    // for readiness (which is edge-triggered), signals first.
-    let mut pacing = WakeupPacing::default();
     loop {
         // Biased: under a flood the drain branches are always ready, so the
         // rare ones (signals, the once-a-second tick) must come first or they
@@ -182,13 +175,10 @@ async fn stream(
                     watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
                 }
             }
-            guard = ready.readable(), if !pacing.backlog() => {
-                guard?.clear_ready();
-                pacing.before_drain().await;
-                pacing.drained(flow.drain(tracer, DRAIN_BATCH)?);
-            }
-            _ = tokio::task::yield_now(), if pacing.backlog() => {
-                pacing.drained(flow.drain(tracer, DRAIN_BATCH)?);
+            due = ring.drain_due() => {
+                due?;
+                ring.before_drain().await;
+                ring.drained(flow.drain(tracer, DRAIN_BATCH)?);
             }
         }
     }

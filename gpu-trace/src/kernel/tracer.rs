@@ -328,6 +328,13 @@ impl Tracer {
         self.events.as_raw_fd()
     }
 
+    /// A duplicate of the ring buffer's fd, for a poller that must own its
+    /// fd: polling either one sees the same ring.
+    pub fn events_fd_owned(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.events.as_fd().try_clone_to_owned()
+    }
+
     /// Hands the events waiting in the ring buffer to `each`, at most
     /// `limit` of them: under a sustained flood the buffer never empties, and
     /// the caller must get to write, flush and handle signals in between.

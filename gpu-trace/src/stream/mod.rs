@@ -5,4 +5,5 @@ pub mod filter;
 pub mod fold;
 pub mod metrics;
 pub mod pacing;
+pub mod ring_events;
 pub mod sink;

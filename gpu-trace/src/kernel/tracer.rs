@@ -144,36 +144,8 @@ impl Tracer {
             pt_regs_offset,
             verdict_from_errno: false,
         };
-        let mut ebpf = load_object(config, &settings)?;
-        let mut refused = Vec::new();
-        let device_hook = match DeviceHook::load(&mut ebpf, config.hook, &mut refused)? {
-            Loaded::Hook(hook) => hook,
-            Loaded::NeedsErrnoObserver if config.device_hook_only => {
-                return Err(Unsupported::HookRefused {
-                    hook: "device hook alone (--device-hook-only)".into(),
-                    reason: "it needs a hook that reads the verdict itself (fexit, or the observer on 6.1+); \
-                             on this kernel the verdict comes from the open's errno, which needs the open tracepoints"
-                        .into(),
-                }
-                .into());
-            }
-            Loaded::NeedsErrnoObserver => {
-                let settings = LoadSettings {
-                    verdict_from_errno: true,
-                    ..settings
-                };
-                ebpf = load_object(config, &settings)?;
-                DeviceHook::load_errno_observer(&mut ebpf, &refused)?
-            }
-        };
-        let mut hooks: Vec<Hook> = refused
-            .into_iter()
-            .map(|(name, why)| Hook {
-                name,
-                refused: Some(why),
-                stood_in_for: true,
-            })
-            .collect();
+        let (mut ebpf, device_hook, refused) = load_device_hook(config, settings)?;
+        let mut hooks = refused;
 
         // Filled before anything attaches, so no early access is missed.
         let mut watched_majors = WatchedMajors {
@@ -196,54 +168,16 @@ impl Tracer {
             }
         };
         let followed = if config.follow_process_tree {
-            // Required in this mode: without them descendants would go unseen.
-            for (program, event) in [
-                (program::FOLLOW_FORK, "sched_process_fork"),
-                (program::FOLLOW_EXIT, "sched_process_exit"),
-            ] {
-                let link = attach_tracepoint(&mut ebpf, program, "sched", event).map_err(|e| {
-                    Unsupported::HookRefused {
-                        hook: format!("tracepoint sched:{event}"),
-                        reason: format!("{e:#}; without it the process tree cannot be followed"),
-                    }
-                })?;
-                tracepoint_links.push(link);
-            }
-            hooks.push(Hook {
-                name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)"
-                    .into(),
-                refused: None,
-                stood_in_for: false,
-            });
+            let (links, hook) = follow_process_tree(&mut ebpf)?;
+            tracepoint_links.extend(links);
+            hooks.push(hook);
             Some(HashMap::try_from(take_map(&mut ebpf, map::FOLLOWED)?)?)
         } else {
             None
         };
-        for syscall in &OPEN_SYSCALLS {
-            if config.device_hook_only {
-                hooks.push(Hook {
-                    name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
-                    refused: Some("left out (--device-hook-only): paths come from the device hook, results are not traced".into()),
-                    stood_in_for: true,
-                });
-                continue;
-            }
-            let refused = match attach_open_syscall(&mut ebpf, syscall) {
-                Ok(links) => {
-                    tracepoint_links.extend(links);
-                    None
-                }
-                Err(e) => Some(format!(
-                    "{e:#}; {} calls reach the device hook without their path and errno",
-                    syscall.name
-                )),
-            };
-            hooks.push(Hook {
-                name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
-                refused,
-                stood_in_for: false,
-            });
-        }
+        let (links, open_hooks) = attach_open_calls(&mut ebpf, config.device_hook_only);
+        tracepoint_links.extend(links);
+        hooks.extend(open_hooks);
         device_hook.attach(&mut ebpf, cgroup2_mount)?;
         hooks.push(Hook {
             name: device_hook.describe(cgroup2_mount),
@@ -512,6 +446,102 @@ fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
         );
     }
     attach_tracepoint(ebpf, program::NOTE_CGROUP_MKDIR, "cgroup", "cgroup_mkdir")
+}
+
+/// Loads the object and the first device hook the kernel accepts; falls
+/// back to a reload with the errno observer. Returns the hooks refused on
+/// the way, each stood in for by the one loaded.
+fn load_device_hook(
+    config: &TracerConfig,
+    settings: LoadSettings,
+) -> anyhow::Result<(Ebpf, DeviceHook, Vec<Hook>)> {
+    let mut ebpf = load_object(config, &settings)?;
+    let mut refused = Vec::new();
+    let device_hook = match DeviceHook::load(&mut ebpf, config.hook, &mut refused)? {
+        Loaded::Hook(hook) => hook,
+        Loaded::NeedsErrnoObserver if config.device_hook_only => {
+            return Err(Unsupported::HookRefused {
+                hook: "device hook alone (--device-hook-only)".into(),
+                reason: "it needs a hook that reads the verdict itself (fexit, or the observer on 6.1+); \
+                         on this kernel the verdict comes from the open's errno, which needs the open tracepoints"
+                    .into(),
+            }
+            .into());
+        }
+        Loaded::NeedsErrnoObserver => {
+            let settings = LoadSettings {
+                verdict_from_errno: true,
+                ..settings
+            };
+            ebpf = load_object(config, &settings)?;
+            DeviceHook::load_errno_observer(&mut ebpf, &refused)?
+        }
+    };
+    let refused = refused
+        .into_iter()
+        .map(|(name, why)| Hook {
+            name,
+            refused: Some(why),
+            stood_in_for: true,
+        })
+        .collect();
+    Ok((ebpf, device_hook, refused))
+}
+
+/// The fork and exit tracepoints that keep `run`'s process tree; required
+/// in that mode, since without them descendants would go unseen.
+fn follow_process_tree(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>, Hook)> {
+    let mut links = Vec::new();
+    for (program, event) in [
+        (program::FOLLOW_FORK, "sched_process_fork"),
+        (program::FOLLOW_EXIT, "sched_process_exit"),
+    ] {
+        let link = attach_tracepoint(ebpf, program, "sched", event).map_err(|e| {
+            Unsupported::HookRefused {
+                hook: format!("tracepoint sched:{event}"),
+                reason: format!("{e:#}; without it the process tree cannot be followed"),
+            }
+        })?;
+        links.push(link);
+    }
+    let hook = Hook {
+        name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)".into(),
+        refused: None,
+        stood_in_for: false,
+    };
+    Ok((links, hook))
+}
+
+/// The open-family tracepoints, each optional: a refused one leaves its
+/// calls to the device hook alone. None with `--device-hook-only`.
+fn attach_open_calls(ebpf: &mut Ebpf, device_hook_only: bool) -> (Vec<TracePointLink>, Vec<Hook>) {
+    let (mut links, mut hooks) = (Vec::new(), Vec::new());
+    for syscall in &OPEN_SYSCALLS {
+        if device_hook_only {
+            hooks.push(Hook {
+                name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
+                refused: Some("left out (--device-hook-only): paths come from the device hook, results are not traced".into()),
+                stood_in_for: true,
+            });
+            continue;
+        }
+        let refused = match attach_open_syscall(ebpf, syscall) {
+            Ok(attached) => {
+                links.extend(attached);
+                None
+            }
+            Err(e) => Some(format!(
+                "{e:#}; {} calls reach the device hook without their path and errno",
+                syscall.name
+            )),
+        };
+        hooks.push(Hook {
+            name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
+            refused,
+            stood_in_for: false,
+        });
+    }
+    (links, hooks)
 }
 
 /// Loads `program` and attaches it to `category:event`; the link is ours to own.

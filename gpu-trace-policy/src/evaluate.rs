@@ -118,12 +118,12 @@ impl Machine<'_> {
                     pc += 1; // the second half of the 16-byte instruction
                 }
                 CLASS_JMP | CLASS_JMP32 => match self.jump(pc, insn)? {
-                    Flow::Next => {}
-                    Flow::Skip(off) => {
+                    AfterJump::Next => {}
+                    AfterJump::Skip(off) => {
                         pc = jump_target(pc, off, self.insns.len())?;
                         continue;
                     }
-                    Flow::Exit => return self.scalar(pc, 0),
+                    AfterJump::Exit => return self.scalar(pc, 0),
                 },
                 _ => unreachable!("three bits, eight classes"),
             }
@@ -163,73 +163,92 @@ impl Machine<'_> {
     }
 
     fn alu(&mut self, pc: usize, insn: Insn) -> Result<(), CannotEvaluate> {
+        let op = insn.code & 0xf0;
+        // Moves and pointer offsets first: the only ALU that may touch pointers.
+        if op == 0xb0 {
+            let value = self.mov(pc, insn)?;
+            return self.write(pc, insn.dst, value);
+        }
+        let dst = self.read(pc, insn.dst)?;
+        if let (Value::Context(_) | Value::Stack(_), 0x00 | 0x10) = (dst, op) {
+            let moved = self.offset_pointer(pc, insn, dst)?;
+            return self.write(pc, insn.dst, moved);
+        }
+        let Value::Scalar(a) = dst else {
+            return Err(CannotEvaluate::PointerArithmetic { pc });
+        };
+        let result = self.scalar_alu(pc, insn, a)?;
+        self.write(pc, insn.dst, Value::Scalar(result))
+    }
+
+    /// An ALU operand: a register or the immediate (sign-extended to 64 bits).
+    fn operand(&self, pc: usize, insn: Insn) -> Result<Value, CannotEvaluate> {
+        if insn.code & SOURCE_X != 0 {
+            self.read(pc, insn.src)
+        } else {
+            Ok(Value::Scalar(insn.imm as i64 as u64))
+        }
+    }
+
+    /// The value mov or movsx puts in dst; a pointer survives only a plain 64-bit mov.
+    fn mov(&self, pc: usize, insn: Insn) -> Result<Value, CannotEvaluate> {
+        let wide = insn.code & 0x07 == CLASS_ALU64;
+        Ok(match (self.operand(pc, insn)?, wide, insn.off) {
+            (Value::Scalar(v), true, 0) => Value::Scalar(v),
+            (Value::Scalar(v), false, 0) => Value::Scalar(v & 0xffff_ffff),
+            // movsx (cpu v4): sign-extend the low 8/16/32 bits.
+            (Value::Scalar(v), _, bits @ (8 | 16 | 32)) if insn.code & SOURCE_X != 0 => {
+                let extended = sign_extend(v, bits as u32);
+                Value::Scalar(if wide {
+                    extended
+                } else {
+                    extended & 0xffff_ffff
+                })
+            }
+            (pointer, true, 0) => pointer,
+            _ => return Err(CannotEvaluate::PointerArithmetic { pc }),
+        })
+    }
+
+    /// A context or stack pointer moved by a 64-bit add or sub of a scalar.
+    fn offset_pointer(
+        &self,
+        pc: usize,
+        insn: Insn,
+        pointer: Value,
+    ) -> Result<Value, CannotEvaluate> {
+        let Value::Scalar(delta) = self.operand(pc, insn)? else {
+            return Err(CannotEvaluate::PointerArithmetic { pc });
+        };
+        if insn.code & 0x07 != CLASS_ALU64 {
+            return Err(CannotEvaluate::PointerArithmetic { pc });
+        }
+        let delta = if insn.code & 0xf0 == 0x00 {
+            delta as i64
+        } else {
+            (delta as i64).wrapping_neg()
+        };
+        Ok(match pointer {
+            Value::Context(off) => Value::Context(off.wrapping_add(delta)),
+            Value::Stack(off) => Value::Stack(off.wrapping_add(delta)),
+            _ => unreachable!("alu() passes only pointers"),
+        })
+    }
+
+    /// The operation itself on scalar `a`: byte swap, neg, or with an operand.
+    fn scalar_alu(&self, pc: usize, insn: Insn, a: u64) -> Result<u64, CannotEvaluate> {
         let wide = insn.code & 0x07 == CLASS_ALU64;
         let op = insn.code & 0xf0;
         let unsupported = CannotEvaluate::Unsupported {
             pc,
             code: insn.code,
         };
-        // Operand: a register or the immediate (sign-extended to 64 bits).
-        let operand = || -> Result<Value, CannotEvaluate> {
-            if insn.code & SOURCE_X != 0 {
-                self.read(pc, insn.src)
-            } else {
-                Ok(Value::Scalar(insn.imm as i64 as u64))
-            }
-        };
-
-        // Moves and pointer offsets first: the only ALU that may touch pointers.
-        if op == 0xb0 {
-            let value = match (operand()?, wide, insn.off) {
-                (Value::Scalar(v), true, 0) => Value::Scalar(v),
-                (Value::Scalar(v), false, 0) => Value::Scalar(v & 0xffff_ffff),
-                // movsx (cpu v4): sign-extend the low 8/16/32 bits.
-                (Value::Scalar(v), _, bits @ (8 | 16 | 32)) if insn.code & SOURCE_X != 0 => {
-                    let extended = sign_extend(v, bits as u32);
-                    Value::Scalar(if wide {
-                        extended
-                    } else {
-                        extended & 0xffff_ffff
-                    })
-                }
-                (pointer, true, 0) => pointer,
-                _ => return Err(CannotEvaluate::PointerArithmetic { pc }),
-            };
-            return self.write(pc, insn.dst, value);
-        }
-        let dst = self.read(pc, insn.dst)?;
-        if let (Value::Context(_) | Value::Stack(_), 0x00 | 0x10) = (dst, op) {
-            let Value::Scalar(delta) = operand()? else {
-                return Err(CannotEvaluate::PointerArithmetic { pc });
-            };
-            if !wide {
-                return Err(CannotEvaluate::PointerArithmetic { pc });
-            }
-            let delta = if op == 0x00 {
-                delta as i64
-            } else {
-                (delta as i64).wrapping_neg()
-            };
-            let moved = match dst {
-                Value::Context(off) => Value::Context(off.wrapping_add(delta)),
-                Value::Stack(off) => Value::Stack(off.wrapping_add(delta)),
-                _ => unreachable!("matched above"),
-            };
-            return self.write(pc, insn.dst, moved);
-        }
-        let Value::Scalar(a) = dst else {
-            return Err(CannotEvaluate::PointerArithmetic { pc });
-        };
         if op == 0xd0 {
-            return self.write(
-                pc,
-                insn.dst,
-                Value::Scalar(byte_swap(insn, a).ok_or(unsupported)?),
-            );
+            return byte_swap(insn, a).ok_or(unsupported);
         }
         let b = match op {
             0x80 => 0, // neg takes no operand
-            _ => match operand()? {
+            _ => match self.operand(pc, insn)? {
                 Value::Scalar(b) => b,
                 _ => return Err(CannotEvaluate::PointerArithmetic { pc }),
             },
@@ -240,7 +259,7 @@ impl Machine<'_> {
         } else {
             alu32(op, a as u32, b as u32, signed).map(u64::from)
         };
-        self.write(pc, insn.dst, Value::Scalar(result.ok_or(unsupported)?))
+        result.ok_or(unsupported)
     }
 
     fn load(&mut self, pc: usize, insn: Insn) -> Result<(), CannotEvaluate> {
@@ -338,12 +357,12 @@ impl Machine<'_> {
         self.write(pc, insn.dst, Value::Scalar(value))
     }
 
-    fn jump(&mut self, pc: usize, insn: Insn) -> Result<Flow, CannotEvaluate> {
+    fn jump(&mut self, pc: usize, insn: Insn) -> Result<AfterJump, CannotEvaluate> {
         let narrow = insn.code & 0x07 == CLASS_JMP32;
         match insn.code & 0xf0 {
             // ja; in the JMP32 class (gotol) the offset is in imm.
             0x00 => {
-                return Ok(Flow::Skip(if narrow {
+                return Ok(AfterJump::Skip(if narrow {
                     i64::from(insn.imm)
                 } else {
                     i64::from(insn.off)
@@ -355,7 +374,7 @@ impl Machine<'_> {
                     helper: insn.imm,
                 })
             }
-            0x90 if !narrow => return Ok(Flow::Exit),
+            0x90 if !narrow => return Ok(AfterJump::Exit),
             _ => {}
         }
         let a = self.scalar(pc, insn.dst)?;
@@ -394,14 +413,15 @@ impl Machine<'_> {
             }
         };
         Ok(if taken {
-            Flow::Skip(i64::from(insn.off))
+            AfterJump::Skip(i64::from(insn.off))
         } else {
-            Flow::Next
+            AfterJump::Next
         })
     }
 }
 
-enum Flow {
+/// Where the program goes after a jump-class instruction.
+enum AfterJump {
     Next,
     Skip(i64),
     Exit,

@@ -8,7 +8,7 @@
 //! exactly that.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process, thread,
     time::{Duration, Instant},
 };
@@ -24,6 +24,7 @@ use crate::{
     host::proc_devices::CharMajors,
     kernel::tracer::Tracer,
     kernel::tracer::TracerConfig,
+    model::access::OpenCall,
     model::access::Verdict,
     model::denied_by::DeniedBy,
     model::node::NVIDIA_FRONTEND_MAJOR,
@@ -35,12 +36,17 @@ use crate::{
     scenario::DeviceNodes,
     scenario::OpenMode,
     scenario::ProbeOp,
+    scenario::ProbeOutcome,
     scenario::ScratchCgroup,
     scenario::ScratchPolicy,
 };
 
 /// How long to wait for the tracer's events after the child has exited.
 const EVENT_DEADLINE: Duration = Duration::from_secs(3);
+
+/// The node the policy allows and the one it denies.
+const ALLOWED_NODE: &str = "nvidia0";
+const DENIED_NODE: &str = "nvidia-uvm";
 
 /// Returns Ok(true) on PASS, Ok(false) on FAIL (already explained).
 pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
@@ -49,7 +55,6 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
     let uvm_standin = majors
         .unused_dynamic_major()
         .context("every char major from 384 to 511 is taken; no stand-in for nvidia-uvm")?;
-    let frontend = NVIDIA_FRONTEND_MAJOR;
 
     println!("gpu-trace selftest: the nvidia-uvm incident, reproduced without a GPU");
     println!(
@@ -58,94 +63,173 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
         host.cgroup2_mount.display()
     );
 
-    let cgroup = ScratchCgroup::create(
-        &host.cgroup2_mount,
-        &format!("gpu-trace-selftest-{}", process::id()),
-    )?;
-    let policy = ScratchPolicy::attach(
-        &cgroup,
-        &[(uvm_standin, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
-    )?;
-    println!(
-        "  scratch cgroup {} with device policy prog {}: allows c {frontend}:*, denies c {uvm_standin}:* rwm",
-        cgroup.path().display(),
-        policy.program_id().map_or("?".into(), |id| id.to_string()),
-    );
-    let nodes = DeviceNodes::create(&[("nvidia0", frontend, 0), ("nvidia-uvm", uvm_standin, 0)])?;
-    println!(
-        "  device nodes in {}: nvidia0 = c {frontend}:0, nvidia-uvm = c {uvm_standin}:0 (stand-in for the dynamic uvm major)",
-        nodes.dir().display()
-    );
+    let incident = Incident::set_up(&host.cgroup2_mount, uvm_standin)?;
+    let mut tracer = start_tracer(&host.cgroup2_mount, &args, uvm_standin)?;
+    let child = incident.run_child()?;
+    let records = collect_records(&mut tracer, &host.cgroup2_mount, &majors, child.pid);
+    print_records(&records);
 
+    let expectations = incident.expectations(&child);
+    print_table(&expectations, &records);
+    let driver_present = majors.is_registered(NVIDIA_FRONTEND_MAJOR);
+    let mut failures = incident.judge(&expectations, &records, child.pid, driver_present);
+    let lost = tracer.lost_events();
+    if lost > 0 {
+        failures.push(format!("{lost} events lost"));
+    }
+    drop(tracer);
+    drop(incident.policy);
+    Ok(print_verdict(
+        &failures,
+        &records,
+        args.device_hook_only,
+        uvm_standin,
+    ))
+}
+
+/// The scratch cgroup, its device policy and the two nodes to open.
+struct Incident {
+    // Declared in drop order: the policy detaches before the cgroup goes.
+    policy: ScratchPolicy,
+    nodes: DeviceNodes,
+    cgroup: ScratchCgroup,
+    uvm_standin: u32,
+}
+
+impl Incident {
+    fn set_up(cgroup2_mount: &Path, uvm_standin: u32) -> anyhow::Result<Self> {
+        let frontend = NVIDIA_FRONTEND_MAJOR;
+        let cgroup = ScratchCgroup::create(
+            cgroup2_mount,
+            &format!("gpu-trace-selftest-{}", process::id()),
+        )?;
+        let policy = ScratchPolicy::attach(
+            &cgroup,
+            &[(uvm_standin, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
+        )?;
+        println!(
+            "  scratch cgroup {} with device policy prog {}: allows c {frontend}:*, denies c {uvm_standin}:* rwm",
+            cgroup.path().display(),
+            policy.program_id().map_or("?".into(), |id| id.to_string()),
+        );
+        let nodes =
+            DeviceNodes::create(&[(ALLOWED_NODE, frontend, 0), (DENIED_NODE, uvm_standin, 0)])?;
+        println!(
+            "  device nodes in {}: nvidia0 = c {frontend}:0, nvidia-uvm = c {uvm_standin}:0 (stand-in for the dynamic uvm major)",
+            nodes.dir().display()
+        );
+        Ok(Self {
+            policy,
+            nodes,
+            cgroup,
+            uvm_standin,
+        })
+    }
+
+    /// Runs a child in the scratch cgroup that opens both nodes.
+    fn run_child(&self) -> anyhow::Result<ProbeOutcome> {
+        let open = |name| ProbeOp::Open {
+            path: self.nodes.path(name),
+            mode: OpenMode::ReadWrite,
+        };
+        let ops = [open(ALLOWED_NODE), open(DENIED_NODE)];
+        let exe = std::env::current_exe().context("finding gpu-trace's own executable")?;
+        let child = run_probe(&exe, &[&self.cgroup], &ops)?;
+        println!(
+            "  child pid {} in the scratch cgroup opened both nodes O_RDWR",
+            child.pid
+        );
+        Ok(child)
+    }
+
+    /// What each node should have given, in the order the child opened them.
+    fn expectations(&self, child: &ProbeOutcome) -> [Expect; 2] {
+        [
+            Expect {
+                node: self.nodes.path(ALLOWED_NODE),
+                major: NVIDIA_FRONTEND_MAJOR,
+                child_errno: child.results[0],
+                denied: false,
+            },
+            Expect {
+                node: self.nodes.path(DENIED_NODE),
+                major: self.uvm_standin,
+                child_errno: child.results[1],
+                denied: true,
+            },
+        ]
+    }
+
+    /// Everything the child or the tracer got wrong; empty on PASS.
+    fn judge(
+        &self,
+        expectations: &[Expect],
+        records: &[Record],
+        pid: u32,
+        driver_present: bool,
+    ) -> Vec<String> {
+        let mut failures: Vec<String> = expectations
+            .iter()
+            .flat_map(|expect| {
+                let caught = expect.caught(records);
+                expect.check(caught, self.cgroup.relative_path(), pid, driver_present)
+            })
+            .collect();
+        failures.extend(misattribution(records, self.policy.program_id()));
+        failures
+    }
+}
+
+/// Starts the tracer on both majors, reporting allowed accesses too.
+fn start_tracer(
+    cgroup2_mount: &Path,
+    args: &TracerArgs,
+    uvm_standin: u32,
+) -> anyhow::Result<Tracer> {
     let config = TracerConfig {
-        majors: vec![frontend, uvm_standin],
+        majors: vec![NVIDIA_FRONTEND_MAJOR, uvm_standin],
         all_devices: false,
         report_allowed: true,
         hook: args.hook,
         device_hook_only: args.device_hook_only,
         ..TracerConfig::default()
     };
-    let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
+    let tracer = Tracer::start(cgroup2_mount, &config)?;
     for line in hook_lines(&tracer, Hooks::All) {
         println!("  {line}");
     }
+    Ok(tracer)
+}
 
-    let allowed_node = nodes.path("nvidia0");
-    let denied_node = nodes.path("nvidia-uvm");
-    let ops = [
-        ProbeOp::Open {
-            path: allowed_node.clone(),
-            mode: OpenMode::ReadWrite,
-        },
-        ProbeOp::Open {
-            path: denied_node.clone(),
-            mode: OpenMode::ReadWrite,
-        },
-    ];
-    let exe = std::env::current_exe().context("finding gpu-trace's own executable")?;
-    let child = run_probe(&exe, &[&cgroup], &ops)?;
-    println!(
-        "  child pid {} in the scratch cgroup opened both nodes O_RDWR",
-        child.pid
-    );
-
-    let cgroups = CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(
+/// The child's two accesses, through the same pipeline `watch` uses.
+fn collect_records(
+    tracer: &mut Tracer,
+    cgroup2_mount: &Path,
+    majors: &CharMajors,
+    pid: u32,
+) -> Vec<Record> {
+    let cgroups = CgroupPaths::new(cgroup2_mount).with_cgroups_made(
         tracer
             .take_cgroup_paths()
             .map(|made| move |id| made.path(id)),
     );
     let mut pipeline = Pipeline::new(cgroups, majors.clone());
-    let records = collect_child_events(&mut tracer, &mut pipeline, child.pid, 2);
+    collect_child_events(tracer, &mut pipeline, pid, 2)
+}
+
+fn print_records(records: &[Record]) {
     println!();
     println!("  what the tracer reported:");
-    for record in &records {
+    for record in records {
         println!("    {}", human_line(record));
     }
+}
+
+/// One row per node: what the child saw beside what the tracer caught.
+fn print_table(expectations: &[Expect], records: &[Record]) {
     println!();
     println!("  {:<48} {:<10} tracer caught", "node", "child saw");
-    let expectations = [
-        Expect {
-            node: &allowed_node,
-            major: frontend,
-            child_errno: child.results[0],
-            denied: false,
-        },
-        Expect {
-            node: &denied_node,
-            major: uvm_standin,
-            child_errno: child.results[1],
-            denied: true,
-        },
-    ];
-    let driver_present = majors.is_registered(frontend);
-    let mut failures = Vec::new();
-    for expect in &expectations {
-        let caught = records.iter().find(|r| {
-            r.access
-                .open
-                .as_ref()
-                .is_some_and(|o| o.path == expect.node.as_os_str().as_encoded_bytes())
-        });
+    for expect in expectations {
         println!(
             "  {:<48} {:<10} {}",
             format!("{} (c {}:0)", expect.node.display(), expect.major),
@@ -154,68 +238,80 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
             } else {
                 errno_name(expect.child_errno)
             },
-            caught.map_or("nothing".to_string(), describe),
+            expect
+                .caught(records)
+                .map_or("nothing".to_string(), describe),
         );
-        failures.extend(expect.check(caught, cgroup.relative_path(), child.pid, driver_present));
     }
-    // The denial must be attributed to the very program the selftest attached.
+}
+
+/// The denial must be attributed to the very program the selftest attached.
+fn misattribution(records: &[Record], expected: Option<u32>) -> Option<String> {
     let culprit = records
         .iter()
         .find_map(|r| r.denied_by.as_deref())
         .map(|c| &**c);
-    match (culprit, policy.program_id()) {
-        (Some(DeniedBy::Program { id, .. }), Some(expected)) if *id == expected => {}
-        (other, expected) => failures.push(format!(
+    match (culprit, expected) {
+        (Some(DeniedBy::Program { id, .. }), Some(expected)) if *id == expected => None,
+        (other, expected) => Some(format!(
             "the denial should be attributed to the scratch policy (prog {}), gpu-trace said {}",
             expected.map_or("?".into(), |id| id.to_string()),
             other.map_or("nothing".into(), DeniedBy::describe)
         )),
     }
-    let lost = tracer.lost_events();
-    if lost > 0 {
-        failures.push(format!("{lost} events lost"));
-    }
-    drop(tracer);
-    drop(policy);
-    println!();
-    if failures.is_empty() {
-        let result = if args.device_hook_only {
-            ""
-        } else {
-            " and EPERM"
-        };
-        println!(
-            "PASS: the denied open of c {uvm_standin}:0 was caught live with its cgroup, pid, path{result}, \
-attributed to the device policy program that denied it; the allowed c {frontend}:0 was seen as allowed."
-
-        );
-        if let Some(diagnosis) = records.iter().find_map(|r| r.diagnosis.as_ref()) {
-            println!(
-                "      The diagnosis gpu-trace gives for it ({}):",
-                diagnosis.cause.id()
-            );
-            println!("        {}", diagnosis.explanation);
-            for step in &diagnosis.fix {
-                println!("        fix: {step}");
-            }
-        }
-        Ok(true)
-    } else {
-        for failure in &failures {
-            println!("FAIL: {failure}");
-        }
-        Ok(false)
-    }
 }
 
-struct Expect<'a> {
-    node: &'a Path,
+/// Prints PASS with gpu-trace's diagnosis, or every failure; true on PASS.
+fn print_verdict(
+    failures: &[String],
+    records: &[Record],
+    device_hook_only: bool,
+    uvm_standin: u32,
+) -> bool {
+    println!();
+    if !failures.is_empty() {
+        for failure in failures {
+            println!("FAIL: {failure}");
+        }
+        return false;
+    }
+    let frontend = NVIDIA_FRONTEND_MAJOR;
+    let result = if device_hook_only { "" } else { " and EPERM" };
+    println!(
+        "PASS: the denied open of c {uvm_standin}:0 was caught live with its cgroup, pid, path{result}, \
+attributed to the device policy program that denied it; the allowed c {frontend}:0 was seen as allowed."
+    );
+    if let Some(diagnosis) = records.iter().find_map(|r| r.diagnosis.as_ref()) {
+        println!(
+            "      The diagnosis gpu-trace gives for it ({}):",
+            diagnosis.cause.id()
+        );
+        println!("        {}", diagnosis.explanation);
+        for step in &diagnosis.fix {
+            println!("        fix: {step}");
+        }
+    }
+    true
+}
+
+struct Expect {
+    node: PathBuf,
     major: u32,
     child_errno: i32,
     denied: bool,
 }
 
-impl Expect<'_> {
+impl Expect {
+    /// The tracer's record of the open of this node, if it made one.
+    fn caught<'r>(&self, records: &'r [Record]) -> Option<&'r Record> {
+        records.iter().find(|r| {
+            r.access
+                .open
+                .as_ref()
+                .is_some_and(|o| o.path == self.node.as_os_str().as_encoded_bytes())
+        })
+    }
+
     /// What is wrong with the child's result and the tracer's record, if anything.
     fn check(
         &self,
@@ -224,29 +320,41 @@ impl Expect<'_> {
         pid: u32,
         driver_present: bool,
     ) -> Vec<String> {
+        let mut wrong: Vec<String> = self.check_child(driver_present).into_iter().collect();
+        match caught {
+            Some(record) => wrong.extend(self.check_record(record, cgroup, pid)),
+            None => wrong.push(format!(
+                "the tracer reported nothing for {}",
+                self.node.display()
+            )),
+        }
+        wrong
+    }
+
+    /// What the kernel should have answered the child.
+    fn check_child(&self, driver_present: bool) -> Option<String> {
         let node = self.node.display();
-        let mut wrong = Vec::new();
         match (self.denied, self.child_errno) {
-            (true, libc::EPERM) => {}
-            (true, other) => wrong.push(format!(
+            (true, libc::EPERM) => None,
+            (true, other) => Some(format!(
                 "the policy should deny {node} with EPERM, the child got {}",
                 errno_name(other)
             )),
-            (false, libc::EPERM) => {
-                wrong.push(format!("{node} should be allowed, the child got EPERM"))
-            }
+            (false, libc::EPERM) => Some(format!("{node} should be allowed, the child got EPERM")),
             // With no NVIDIA driver loaded the allowed node opens into ENXIO.
-            (false, errno) if !driver_present && errno != libc::ENXIO => wrong.push(format!(
+            (false, errno) if !driver_present && errno != libc::ENXIO => Some(format!(
                 "{node} should give ENXIO (no driver), the child got {}",
                 errno_name(errno)
             )),
-            _ => {}
+            _ => None,
         }
-        let Some(record) = caught else {
-            wrong.push(format!("the tracer reported nothing for {node}"));
-            return wrong;
-        };
+    }
+
+    /// The record's verdict, device, pid and cgroup, then its open call.
+    fn check_record(&self, record: &Record, cgroup: &Path, pid: u32) -> Vec<String> {
+        let node = self.node.display();
         let a = &record.access;
+        let mut wrong = Vec::new();
         let expected_verdict = if self.denied {
             Verdict::DeniedByBpfPolicy
         } else {
@@ -280,10 +388,17 @@ impl Expect<'_> {
                 cgroup.display()
             ));
         }
-        let Some(open) = &a.open else {
-            wrong.push(format!("{node}: the tracer saw no path"));
-            return wrong;
-        };
+        match &a.open {
+            Some(open) => wrong.extend(self.check_open(open)),
+            None => wrong.push(format!("{node}: the tracer saw no path")),
+        }
+        wrong
+    }
+
+    /// The open call's path and result.
+    fn check_open(&self, open: &OpenCall) -> Vec<String> {
+        let node = self.node.display();
+        let mut wrong = Vec::new();
         if open.path != self.node.as_os_str().as_encoded_bytes() {
             wrong.push(format!(
                 "{node}: tracer saw path {}",

@@ -4,6 +4,7 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    Global,
 };
 use gpu_trace_common::{
     CgroupPath, LastDeviceCheck, OpenInFlight, CGROUP_PATHS_CAPACITY, DEV_TYPE_CHAR,
@@ -46,63 +47,51 @@ pub static LAST_DEVICE_CHECK: LruHashMap<u64, LastDeviceCheck> =
 pub static CGROUP_PATHS: LruHashMap<u64, CgroupPath> =
     LruHashMap::with_max_entries(CGROUP_PATHS_CAPACITY, 0);
 
-// Read-only globals: userspace sets them before load (see gpu_trace_common::global).
+// Read-only globals: the loader patches them in .rodata by symbol name
+// before load (see gpu_trace_common::global), so the names, types and sizes
+// must match what userspace sets. `Global` reads them volatile so that the
+// compiler does not fold in the defaults below.
 #[unsafe(no_mangle)]
-static WATCH_ALL_DEVICES: u8 = 0;
+static WATCH_ALL_DEVICES: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
-static REPORT_ALLOWED: u8 = 0;
+static REPORT_ALLOWED: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
-static FOLLOW_PROCESS_TREE: u8 = 0;
+static FOLLOW_PROCESS_TREE: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
-static FORK_CHILD_PID_OFFSET: u32 = 0;
+pub static FORK_CHILD_PID_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
-static VERDICT_FROM_ERRNO: u8 = 0;
+static VERDICT_FROM_ERRNO: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
-static TASK_STACK_OFFSET: u32 = 0;
+pub static TASK_STACK_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
-static PT_REGS_OFFSET: u32 = 0;
+pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
-static OPEN_CALLS_TRACED: u8 = 1;
+static OPEN_CALLS_TRACED: Global<u8> = Global::new(1);
+
+/// The flags are u8 (0 or 1) on the wire.
+#[inline(always)]
+fn flag(global: &Global<u8>) -> bool {
+    global.load() != 0
+}
 
 pub fn watch_all_devices() -> bool {
-    // SAFETY: a plain read of a global the loader patched; volatile keeps the
-    // compiler from folding in the default.
-    unsafe { core::ptr::read_volatile(&WATCH_ALL_DEVICES) != 0 }
+    flag(&WATCH_ALL_DEVICES)
 }
 
 pub fn report_allowed() -> bool {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&REPORT_ALLOWED) != 0 }
+    flag(&REPORT_ALLOWED)
 }
 
 pub fn follow_process_tree() -> bool {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&FOLLOW_PROCESS_TREE) != 0 }
-}
-
-pub fn fork_child_pid_offset() -> usize {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&FORK_CHILD_PID_OFFSET) as usize }
+    flag(&FOLLOW_PROCESS_TREE)
 }
 
 pub fn verdict_from_errno() -> bool {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&VERDICT_FROM_ERRNO) != 0 }
+    flag(&VERDICT_FROM_ERRNO)
 }
 
 pub fn open_calls_traced() -> bool {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&OPEN_CALLS_TRACED) != 0 }
-}
-
-pub fn pt_regs_offset() -> u64 {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&PT_REGS_OFFSET) as u64 }
-}
-
-pub fn task_stack_offset() -> u64 {
-    // SAFETY: as above.
-    unsafe { core::ptr::read_volatile(&TASK_STACK_OFFSET) as u64 }
+    flag(&OPEN_CALLS_TRACED)
 }
 
 /// Is this a device to report: a watched char major, or any with --all-devices?

@@ -5,7 +5,7 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
 
-use crate::maps::{fork_child_pid_offset, FOLLOWED};
+use crate::maps::{FOLLOWED, FORK_CHILD_PID_OFFSET};
 
 /// sched:sched_process_fork runs in the parent; the child's id is in the record.
 #[tracepoint]
@@ -16,7 +16,7 @@ pub fn follow_fork(ctx: TracePointContext) -> u32 {
         return 0;
     }
     // SAFETY: userspace set the offset from this tracepoint's format file.
-    if let Ok(child) = unsafe { ctx.read_at::<u32>(fork_child_pid_offset()) } {
+    if let Ok(child) = unsafe { ctx.read_at::<u32>(FORK_CHILD_PID_OFFSET.load() as usize) } {
         // A full table (16384 live threads in one tree) drops the newcomer.
         let _ = FOLLOWED.insert(child, 1, 0);
     }

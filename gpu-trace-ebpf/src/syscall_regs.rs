@@ -14,7 +14,7 @@ use gpu_trace_common::{
     SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::{pt_regs_offset, task_stack_offset};
+use crate::maps::{PT_REGS_OFFSET, TASK_STACK_OFFSET};
 
 /// Offsets in `struct pt_regs`.
 const SI: u64 = 13 * 8;
@@ -49,7 +49,7 @@ fn path_argument(nr: u64) -> Option<(u16, u64)> {
 /// (io_uring), is a 32-bit process, or the registers cannot be found.
 #[inline(always)]
 pub fn syscall_path_argument() -> Option<(u16, u64)> {
-    let stack_offset = task_stack_offset();
+    let stack_offset = u64::from(TASK_STACK_OFFSET.load());
     if stack_offset == 0 {
         return None;
     }
@@ -57,7 +57,7 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let task = unsafe { bpf_get_current_task() };
     // SAFETY (all reads below): kernel memory read with the fault-tolerant helper.
     let stack: u64 = unsafe { bpf_probe_read_kernel((task + stack_offset) as *const u64) }.ok()?;
-    let regs = stack + pt_regs_offset();
+    let regs = stack + u64::from(PT_REGS_OFFSET.load());
     let read = |field: u64| unsafe { bpf_probe_read_kernel((regs + field) as *const u64) }.ok();
     if read(CS)? & 0xffff != USER_CS_64 {
         return None;

@@ -209,7 +209,7 @@ fn the_check_catches_a_wrong_import_and_a_cycle() {
     let modules = BTreeMap::from([
         module("model", "record", "use crate::{analysis::enrich::Enricher, model::node::X};"),
         module("model", "node", "fn f() { crate::model::record::Record::new() }"),
-        module("kernel", "tracer", "use crate::cgroup::paths::CgroupPaths;"),
+        module("kernel", "tracer", "use crate::cgroup::resolver::CgroupResolver;"),
         module("commands", "run", "use crate::commands::watch::announce;"),
         module("analysis", "enrich", "use crate::{host::clock::BootClock, model::{access::A, node::N}};\n#[cfg(test)]\nuse crate::commands::x;"),
     ]);
@@ -217,7 +217,7 @@ fn the_check_catches_a_wrong_import_and_a_cycle() {
     assert_eq!(
         wrong,
         [
-            "kernel/tracer -> crate::cgroup::paths::CgroupPaths: against the layer order",
+            "kernel/tracer -> crate::cgroup::resolver::CgroupResolver: against the layer order",
             "model/record -> crate::analysis::enrich::Enricher: against the layer order",
             "commands/run imports another subcommand",
             "model/node <-> model/record: a cycle",

@@ -12,14 +12,14 @@ use std::{
 use rustc_hash::FxHashMap;
 
 use crate::{
-    cgroup::identity::identify, cgroup::identity::NameSources, cgroup::paths::CgroupPaths,
+    cgroup::identity::identify, cgroup::identity::NameSources, cgroup::resolver::CgroupResolver,
     host::clock::BootClock, host::proc_devices::CharMajors, model::access::DeviceAccess,
     model::container::Container, model::node::major_owner, model::node::node_name,
     model::node::NvidiaNode, model::rendered::Rendered,
 };
 
 pub struct Enricher {
-    cgroups: CgroupPaths,
+    cgroups: CgroupResolver,
     containers: FxHashMap<u64, Rc<Rendered<Container>>>,
     names: NameSources,
     majors: CharMajors,
@@ -33,7 +33,7 @@ pub struct Enricher {
 const MAJORS_REFRESH: Duration = Duration::from_millis(500);
 
 impl Enricher {
-    pub fn new(cgroups: CgroupPaths, majors: CharMajors) -> Self {
+    pub fn new(cgroups: CgroupResolver, majors: CharMajors) -> Self {
         Self {
             cgroups,
             containers: FxHashMap::default(),

@@ -3,7 +3,7 @@
 
 use crate::{
     analysis::attribute::Attributor, analysis::diagnose::Diagnoser, analysis::enrich::Enricher,
-    cgroup::paths::CgroupPaths, host::proc_devices::CharMajors, model::access::DeviceAccess,
+    cgroup::resolver::CgroupResolver, host::proc_devices::CharMajors, model::access::DeviceAccess,
     model::record::Record,
 };
 
@@ -14,7 +14,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(cgroups: CgroupPaths, majors: CharMajors) -> Self {
+    pub fn new(cgroups: CgroupResolver, majors: CharMajors) -> Self {
         Self {
             attributor: Attributor::new(cgroups.mount()),
             enricher: Enricher::new(cgroups, majors),

@@ -3,6 +3,6 @@
 //! from the kernel layer is handed to it, never imported.
 
 pub mod identity;
-pub mod paths;
+pub mod resolver;
 pub mod spawn;
 pub mod target;

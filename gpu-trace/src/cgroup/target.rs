@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 
 use crate::{
     cgroup::identity::identify, cgroup::identity::matches, cgroup::identity::NameSources,
-    cgroup::paths::CgroupPaths,
+    cgroup::resolver::CgroupResolver,
 };
 
 /// `--cgroup PATH`: a directory under the cgroup2 mount, given with or
@@ -35,7 +35,7 @@ pub fn cgroup_dir(mount: &Path, path: &Path) -> anyhow::Result<PathBuf> {
 /// live. Ambiguous or unknown names are errors that list what was found.
 pub fn container_dir(
     mount: &Path,
-    cgroups: &mut CgroupPaths,
+    cgroups: &mut CgroupResolver,
     query: &str,
 ) -> anyhow::Result<PathBuf> {
     let names = NameSources::default();
@@ -108,7 +108,7 @@ fn unified_path_in(membership: &str) -> Option<&str> {
 /// it. A path, a pid or a container, else gpu-trace's own cgroup.
 pub fn check_target(
     mount: &Path,
-    cgroups: &mut CgroupPaths,
+    cgroups: &mut CgroupResolver,
     cgroup: Option<&Path>,
     pid: Option<u32>,
     container: Option<&str>,

@@ -13,7 +13,7 @@ use crate::{
     analysis::access_check::{cuda_usable, problems, same_root, view},
     cgroup::{
         identity::{identify, NameSources},
-        paths::CgroupPaths,
+        resolver::CgroupResolver,
         target::check_target,
     },
     cli::CheckArgs,
@@ -33,7 +33,7 @@ use crate::{
 pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let host = check_host()?;
     let mount = &host.cgroup2_mount;
-    let mut cgroups = CgroupPaths::new(mount);
+    let mut cgroups = CgroupResolver::new(mount);
     let (dir, pid) = check_target(
         mount,
         &mut cgroups,

@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
     analysis::pipeline::Pipeline,
-    cgroup::paths::CgroupPaths,
+    cgroup::resolver::CgroupResolver,
     cgroup::spawn::place_child_in,
     cgroup::target::cgroup_dir,
     cgroup::target::container_dir,
@@ -45,7 +45,7 @@ use crate::{
 pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let host = check_host()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;
-    let mut cgroups = CgroupPaths::new(&host.cgroup2_mount);
+    let mut cgroups = CgroupResolver::new(&host.cgroup2_mount);
     let target = target_cgroup(&args, &host, &mut cgroups)?;
 
     // Allowed accesses come too: the diagnosis learns from them (for
@@ -110,7 +110,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
 fn target_cgroup(
     args: &RunArgs,
     host: &Host,
-    cgroups: &mut CgroupPaths,
+    cgroups: &mut CgroupResolver,
 ) -> anyhow::Result<Option<PathBuf>> {
     match (&args.cgroup, &args.container) {
         (Some(path), _) => cgroup_dir(&host.cgroup2_mount, path).map(Some),

@@ -18,7 +18,7 @@ use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{
     analysis::pipeline::Pipeline,
-    cgroup::paths::CgroupPaths,
+    cgroup::resolver::CgroupResolver,
     cli::TracerArgs,
     host::preflight::check_host,
     host::proc_devices::CharMajors,
@@ -208,7 +208,7 @@ fn collect_records(
     majors: &CharMajors,
     pid: u32,
 ) -> Vec<Record> {
-    let cgroups = CgroupPaths::new(cgroup2_mount).with_cgroups_made(
+    let cgroups = CgroupResolver::new(cgroup2_mount).with_cgroups_made(
         tracer
             .take_cgroup_paths()
             .map(|made| move |id| made.path(id)),

@@ -9,7 +9,7 @@ use tokio::{
 };
 
 use crate::{
-    analysis::enrich::Enricher, analysis::pipeline::Pipeline, cgroup::paths::CgroupPaths,
+    analysis::enrich::Enricher, analysis::pipeline::Pipeline, cgroup::resolver::CgroupResolver,
     cli::tracer_config, cli::WatchArgs, host::preflight::check_host,
     host::proc_devices::CharMajors, kernel::tracer::Tracer, kernel::tracer::TracerConfig,
     kernel::tracer::DRAIN_BATCH, kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce,
@@ -43,7 +43,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         None => Sink::stdout(),
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    let cgroups = CgroupPaths::new(&host.cgroup2_mount).with_cgroups_made(
+    let cgroups = CgroupResolver::new(&host.cgroup2_mount).with_cgroups_made(
         tracer
             .take_cgroup_paths()
             .map(|made| move |id| made.path(id)),

@@ -97,7 +97,7 @@ pub struct Tracer {
     events: RingBuf<MapData>,
     watched_majors: WatchedMajors,
     followed: Option<HashMap<MapData, u32, u8>>,
-    /// Paths of the cgroups made since start, for CgroupPaths to take.
+    /// Paths of the cgroups made since start, for CgroupResolver to take.
     cgroup_paths: Option<HashMap<MapData, u64, CgroupPath>>,
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,

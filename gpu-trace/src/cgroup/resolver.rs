@@ -19,7 +19,7 @@ type PathOfCgroupMade = Box<dyn Fn(u64) -> Option<PathBuf>>;
 /// The cache is rebuilt on a miss, since containers come and go, but not more
 /// often than `MIN_RESCAN_INTERVAL` so a burst of events from a vanished
 /// cgroup does not turn into a burst of tree walks.
-pub struct CgroupPaths {
+pub struct CgroupResolver {
     mount: PathBuf,
     by_id: FxHashMap<u64, PathBuf>,
     last_scan: Option<Instant>,
@@ -30,7 +30,7 @@ pub struct CgroupPaths {
 
 const MIN_RESCAN_INTERVAL: Duration = Duration::from_millis(50);
 
-impl CgroupPaths {
+impl CgroupResolver {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
         Self {
             mount: mount.into(),
@@ -162,7 +162,7 @@ mod tests {
         let root = tempfile::tempdir().expect("temp dir");
         fs::create_dir_all(root.path().join("lxc/200")).expect("make tree");
         let ino = |p: &str| fs::metadata(root.path().join(p)).expect("stat").ino();
-        let mut paths = CgroupPaths::new(root.path());
+        let mut paths = CgroupResolver::new(root.path());
         assert_eq!(paths.resolve(ino("lxc/200")), Some(Path::new("/lxc/200")));
         assert_eq!(paths.resolve(ino("")), Some(Path::new("/")));
 

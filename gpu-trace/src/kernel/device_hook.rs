@@ -14,7 +14,7 @@ use std::{fs::File, path::Path};
 
 use anyhow::Context;
 use aya::{
-    programs::{CgroupAttachMode, CgroupDevice, FExit},
+    programs::{CgroupAttachMode, CgroupDevice, FExit, ProgramError},
     Btf, Ebpf,
 };
 use gpu_trace_common::program;
@@ -90,16 +90,13 @@ impl DeviceHook {
                 Err(e) if choice == HookChoice::Fexit => {
                     return Err(Unsupported::HookRefused {
                         hook: format!("fexit {} (--hook fexit)", program::FEXIT_TARGET),
-                        reason: one_line(format!("{e:#}")),
+                        reason: one_line(&e),
                     }
                     .into())
                 }
                 Err(e) => refused.push((
                     format!("fexit {}", program::FEXIT_TARGET),
-                    format!(
-                        "{}; the cgroup_device observer stands in",
-                        one_line(format!("{e:#}"))
-                    ),
+                    format!("{}; the cgroup_device observer stands in", one_line(&e)),
                 )),
             }
         }
@@ -110,7 +107,7 @@ impl DeviceHook {
                     "cgroup_device observer with bpf_get_retval (kernel 6.1+)".into(),
                     format!(
                         "{}; the errno observer stands in: verdicts come from the open's errno",
-                        one_line(e)
+                        one_line(&e.into())
                     ),
                 ));
                 Ok(Loaded::NeedsErrnoObserver)
@@ -131,7 +128,7 @@ impl DeviceHook {
                     hook: "every device hook".into(),
                     reason: format!(
                         "errno observer: {}; before it, {}; nothing is left to stand in, so gpu-trace stops",
-                        one_line(e),
+                        one_line(&e.into()),
                         earlier.join("; ")
                     ),
                 }
@@ -171,21 +168,35 @@ impl DeviceHook {
 }
 
 /// A load error in one line: the verifier's log runs to many lines, and
-/// only its last message (the reason) means something to a user.
-fn one_line(error: impl std::fmt::Display) -> String {
-    let text = error.to_string();
-    let Some((head, log)) = text.split_once("Verifier output:") else {
-        return text;
-    };
-    let statistics = ["verification time", "stack depth", "processed "];
-    let reason = log
-        .lines()
-        .map(|l| l.trim().trim_start_matches(':').trim())
-        .rfind(|l| !l.is_empty() && !statistics.iter().any(|s| l.starts_with(s)));
-    match reason {
-        Some(reason) => format!("{} Verifier: {reason}", head.trim_end()),
-        None => head.trim_end().to_string(),
+/// only its last message (the reason) means something to a user. aya's
+/// `ProgramError::LoadError` carries the log apart from the syscall's error.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut context = Vec::new();
+    for cause in error.chain() {
+        if let Some(ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        }) = cause.downcast_ref::<ProgramError>()
+        {
+            let log = verifier_log.to_string();
+            let reason = verifier_reason(&log).map(|r| format!(" Verifier: {r}"));
+            context.push(format!(
+                "the BPF_PROG_LOAD syscall returned {io_error}.{}",
+                reason.unwrap_or_default()
+            ));
+            return context.join(": ");
+        }
+        context.push(cause.to_string());
     }
+    format!("{error:#}")
+}
+
+/// The verifier's last message, skipping the statistics it ends with.
+fn verifier_reason(log: &str) -> Option<&str> {
+    let statistics = ["verification time", "stack depth", "processed "];
+    log.lines()
+        .map(|l| l.trim().trim_start_matches(':').trim())
+        .rfind(|l| !l.is_empty() && !statistics.iter().any(|s| l.starts_with(s)))
 }
 
 fn load_fexit(ebpf: &mut Ebpf) -> anyhow::Result<()> {
@@ -216,23 +227,41 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::io;
+
+    use aya::programs::ProgramError;
+    use aya_obj::VerifierLog;
+
     use super::one_line;
+
+    fn load_error(errno: i32, log: &str) -> anyhow::Error {
+        ProgramError::LoadError {
+            io_error: io::Error::from_raw_os_error(errno),
+            verifier_log: VerifierLog::new(log.into()),
+        }
+        .into()
+    }
 
     #[test]
     fn a_verifier_log_is_cut_to_its_reason() {
-        let refused = "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). \
-Verifier output: ; (dev_type, dev.major)\n0: (61) r2 = *(u32 *)(r1 +8)\n4: (85) call unknown#186\n\
-invalid func unknown#186\nverification time 1086 usec\nstack depth 40+0\nprocessed 5 insns";
+        let refused = load_error(
+            libc::EINVAL,
+            "; (dev_type, dev.major)\n0: (61) r2 = *(u32 *)(r1 +8)\n4: (85) call unknown#186\n\
+invalid func unknown#186\nverification time 1086 usec\nstack depth 40+0\nprocessed 5 insns",
+        );
         assert_eq!(
-            one_line(refused),
+            one_line(&refused),
             "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier: invalid func unknown#186"
         );
-        let no_log = "the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). \
-Verifier output: : Operation not permitted (os error 1)";
+        let no_log = load_error(libc::EPERM, ": Operation not permitted (os error 1)");
         assert_eq!(
-            one_line(no_log),
+            one_line(&no_log),
             "the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). Verifier: Operation not permitted (os error 1)"
         );
-        assert_eq!(one_line("no such file"), "no such file");
+        assert_eq!(
+            one_line(&load_error(libc::EPERM, "").context("load")),
+            "load: the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1)."
+        );
+        assert_eq!(one_line(&anyhow::anyhow!("no such file")), "no such file");
     }
 }

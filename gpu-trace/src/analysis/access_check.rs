@@ -266,3 +266,79 @@ pub fn problems(views: &[View], nvidia_uvm_loaded: bool) -> Vec<String> {
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{kernel::programs_in_force::PolicyProgram, scenario::denylist_program};
+
+    fn policy(insns: Vec<gpu_trace_policy::Insn>) -> CgroupPolicy {
+        CgroupPolicy {
+            cgroup: "/lxc/200".into(),
+            programs: vec![PolicyProgram {
+                id: 920,
+                name: "lxc_devices".into(),
+                tag: "ab12".into(),
+                attached_at: "/lxc/200".into(),
+                attach_mode: "multi",
+                insns,
+            }],
+        }
+    }
+
+    fn rw(major: u32) -> DeviceQuery {
+        DeviceQuery {
+            dev_type: DEV_TYPE_CHAR,
+            major,
+            minor: 0,
+            access: 6,
+        }
+    }
+
+    #[test]
+    fn the_program_that_denies_decides_first() {
+        let p = policy(denylist_program(&[(509, 6)]));
+        assert_eq!(
+            decide(&p, None, &rw(509)),
+            (
+                Decision::Denied,
+                "prog 920 (lxc_devices) at /lxc/200".into()
+            )
+        );
+        assert_eq!(
+            decide(&p, None, &rw(195)),
+            (Decision::Allowed, "no program denies it".into())
+        );
+    }
+
+    #[test]
+    fn v1_devices_list_decides_after_the_programs() {
+        let p = policy(denylist_program(&[]));
+        let v1 = DevicesList {
+            cgroup: "/lxc/200".into(),
+            lines: vec!["c 195:* rwm".into()],
+        };
+        assert_eq!(
+            decide(&p, Some(&v1), &rw(195)),
+            (
+                Decision::Allowed,
+                "no program denies it; devices.list of /lxc/200: `c 195:* rwm`".into()
+            )
+        );
+        assert_eq!(
+            decide(&p, Some(&v1), &rw(509)),
+            (
+                Decision::Denied,
+                "devices.list of v1 cgroup /lxc/200 has no rule for it".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_program_that_cannot_be_evaluated_is_unknown_never_a_guess() {
+        let p = policy(Vec::new());
+        let (decision, why) = decide(&p, None, &rw(509));
+        assert_eq!(decision, Decision::Unknown);
+        assert!(why.starts_with("cannot evaluate program 920: "), "{why}");
+    }
+}

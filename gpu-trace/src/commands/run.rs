@@ -38,6 +38,7 @@ use crate::{
     render::output::write_record,
     render::output::Format,
     render::run_report::Report,
+    stream::ring_events::event_loop_runtime,
     stream::ring_events::RingEvents,
 };
 
@@ -65,14 +66,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         majors,
     );
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // Look at signals and readiness after every task poll: under a flood
-        // each poll is a whole batch of events, and the default (every 61st)
-        // left a SIGHUP waiting for seconds.
-        .event_interval(1)
-        .build()
-        .context("starting the event loop")?;
+    let runtime = event_loop_runtime()?;
     let command_text = shell_words(&args.command);
     let (status, report) = runtime.block_on(trace_command(
         &mut tracer,

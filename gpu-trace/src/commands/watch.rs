@@ -14,8 +14,8 @@ use crate::{
     host::proc_devices::CharMajors, kernel::tracer::Tracer, kernel::tracer::TracerConfig,
     kernel::tracer::DRAIN_BATCH, kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce,
     render::output::write_record, render::output::Format, stream::filter::Filter,
-    stream::fold::Folder, stream::metrics::Metrics, stream::ring_events::RingEvents,
-    stream::sink::Sink,
+    stream::fold::Folder, stream::metrics::Metrics, stream::ring_events::event_loop_runtime,
+    stream::ring_events::RingEvents, stream::sink::Sink,
 };
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,
@@ -50,14 +50,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     );
     let mut pipeline = Pipeline::new(cgroups, majors);
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // Look at signals and readiness after every task poll: under a flood
-        // each poll is a whole batch of events, and the default (every 61st)
-        // left a SIGHUP waiting for seconds.
-        .event_interval(1)
-        .build()
-        .context("starting the event loop")?;
+    let runtime = event_loop_runtime()?;
     let metrics = args.metrics.map(|_| Metrics::new(tracer.hooks()));
     let mut flow = Flow {
         pipeline: &mut pipeline,

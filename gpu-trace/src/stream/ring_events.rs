@@ -52,3 +52,16 @@ impl RingEvents {
         self.pacing.drained(count);
     }
 }
+
+/// The single-threaded runtime the event loops of watch and run run on.
+pub fn event_loop_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        // Look at signals and readiness after every task poll: under a flood
+        // each poll is a whole batch of events, and the default (every 61st)
+        // left a SIGHUP waiting for seconds.
+        .event_interval(1)
+        .build()
+        .context("starting the event loop")
+}

@@ -270,19 +270,12 @@ pub fn problems(views: &[View], nvidia_uvm_loaded: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{kernel::programs_in_force::PolicyProgram, scenario::denylist_program};
+    use crate::{analysis::test_support::lxc_program, scenario::denylist_program};
 
     fn policy(insns: Vec<gpu_trace_policy::Insn>) -> CgroupPolicy {
         CgroupPolicy {
             cgroup: "/lxc/200".into(),
-            programs: vec![PolicyProgram {
-                id: 920,
-                name: "lxc_devices".into(),
-                tag: "ab12".into(),
-                attached_at: "/lxc/200".into(),
-                attach_mode: "multi",
-                insns,
-            }],
+            programs: vec![lxc_program(insns)],
         }
     }
 

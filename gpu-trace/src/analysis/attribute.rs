@@ -248,7 +248,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        analysis::test_support::record, kernel::programs_in_force::PolicyProgram,
+        analysis::test_support::{lxc_program, record},
+        kernel::programs_in_force::PolicyProgram,
         scenario::denylist_program,
     };
 
@@ -263,14 +264,7 @@ mod tests {
         /// One program, id 920, attached at /lxc/200, denying `major` for rw.
         fn denying(major: u32) -> Self {
             Self {
-                programs: vec![PolicyProgram {
-                    id: 920,
-                    name: "lxc_devices".into(),
-                    tag: "ab12".into(),
-                    attached_at: "/lxc/200".into(),
-                    attach_mode: "multi",
-                    insns: denylist_program(&[(major, 6)]),
-                }],
+                programs: vec![lxc_program(denylist_program(&[(major, 6)]))],
                 v1: None,
                 policy_reads: Cell::new(0),
             }

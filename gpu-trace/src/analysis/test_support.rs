@@ -74,3 +74,18 @@ pub fn record(
         diagnosis: None,
     }
 }
+
+/// A recorded device program as LXC attaches it: prog 920 (lxc_devices)
+/// at /lxc/200, made of `insns`.
+pub fn lxc_program(
+    insns: Vec<gpu_trace_policy::Insn>,
+) -> crate::kernel::programs_in_force::PolicyProgram {
+    crate::kernel::programs_in_force::PolicyProgram {
+        id: 920,
+        name: "lxc_devices".into(),
+        tag: "ab12".into(),
+        attached_at: "/lxc/200".into(),
+        attach_mode: "multi",
+        insns,
+    }
+}

@@ -18,8 +18,9 @@ use std::{
 };
 
 use gpu_trace::{
-    cgroup::spawn::place_child_in, host::mountinfo::cgroup2_mount, host::proc_devices::CharMajors,
-    scenario::DeviceNodes, scenario::ScratchCgroup, scenario::ScratchPolicy,
+    cgroup::spawn::place_child_in,
+    host::{mountinfo::cgroup2_mount, proc_devices::CharMajors},
+    scenario::{DeviceNodes, ScratchCgroup, ScratchPolicy},
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{

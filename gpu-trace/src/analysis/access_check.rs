@@ -9,13 +9,13 @@ use std::{
 };
 
 use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
+use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer, ACCESS_LETTERS};
 use serde::Serialize;
 
 use crate::{
     host::proc_devices::CharMajors, kernel::programs_in_force::CgroupPolicy,
     model::node::NvidiaNode,
 };
-use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer, ACCESS_LETTERS};
 
 /// Nodes that should exist on a host with the driver and nvidia_uvm loaded.
 const EXPECTED: [&str; 4] = [

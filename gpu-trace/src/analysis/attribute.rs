@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer};
 use rustc_hash::FxHashMap;
 
 use crate::{
@@ -15,7 +16,6 @@ use crate::{
     kernel::programs_in_force::CgroupPolicy,
     model::{access::Verdict, denied_by::DeniedBy, record::Record, rendered::Rendered},
 };
-use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer};
 
 pub struct Attributor<S = LiveHost> {
     source: S,

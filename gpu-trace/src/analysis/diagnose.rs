@@ -3,17 +3,20 @@
 //!
 //! The catalogue of causes is documented in README.md ("Root causes").
 
-use crate::model::diagnosis::Cause;
-use crate::model::diagnosis::Diagnosis;
-
 use std::rc::Rc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::{
-    host::proc_devices::CharMajors, model::access::Verdict, model::container::Container,
-    model::container::Runtime, model::denied_by::DeniedBy, model::node::NvidiaNode,
-    model::record::Record,
+    host::proc_devices::CharMajors,
+    model::{
+        access::Verdict,
+        container::{Container, Runtime},
+        denied_by::DeniedBy,
+        diagnosis::{Cause, Diagnosis},
+        node::NvidiaNode,
+        record::Record,
+    },
 };
 
 /// What the cause functions below work out; `Diagnosis` adds the renderings.
@@ -419,9 +422,10 @@ mod tests {
         d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)
     }
 
-    use crate::model::diagnosis::Cause;
-    use crate::model::diagnosis::Diagnosis;
-    use crate::{cgroup::identity::identify, cgroup::identity::NameSources};
+    use crate::{
+        cgroup::identity::{identify, NameSources},
+        model::diagnosis::{Cause, Diagnosis},
+    };
 
     #[test]
     fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {

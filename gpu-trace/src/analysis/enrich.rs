@@ -1,8 +1,6 @@
 //! Typed events -> records a person can read: wall time, cgroup path,
 //! container, driver and node names.
 
-use crate::model::record::Record;
-
 use std::{
     path::PathBuf,
     rc::Rc,
@@ -12,10 +10,18 @@ use std::{
 use rustc_hash::FxHashMap;
 
 use crate::{
-    cgroup::identity::identify, cgroup::identity::NameSources, cgroup::resolver::CgroupResolver,
-    host::clock::BootClock, host::proc_devices::CharMajors, model::access::DeviceAccess,
-    model::container::Container, model::node::major_owner, model::node::node_name,
-    model::node::NvidiaNode, model::rendered::Rendered,
+    cgroup::{
+        identity::{identify, NameSources},
+        resolver::CgroupResolver,
+    },
+    host::{clock::BootClock, proc_devices::CharMajors},
+    model::{
+        access::DeviceAccess,
+        container::Container,
+        node::{major_owner, node_name, NvidiaNode},
+        record::Record,
+        rendered::Rendered,
+    },
 };
 
 pub struct Enricher {

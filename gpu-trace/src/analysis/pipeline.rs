@@ -2,9 +2,10 @@
 //! names and container -> the policy that denied it -> diagnosis. Shared by `watch` and `run`.
 
 use crate::{
-    analysis::attribute::Attributor, analysis::diagnose::Diagnoser, analysis::enrich::Enricher,
-    cgroup::resolver::CgroupResolver, host::proc_devices::CharMajors, model::access::DeviceAccess,
-    model::record::Record,
+    analysis::{attribute::Attributor, diagnose::Diagnoser, enrich::Enricher},
+    cgroup::resolver::CgroupResolver,
+    host::proc_devices::CharMajors,
+    model::{access::DeviceAccess, record::Record},
 };
 
 pub struct Pipeline {

@@ -1,10 +1,9 @@
 //! Which container a cgroup belongs to, from its path alone: no runtime
 //! socket needed. Names come from the runtimes' own files when readable.
 
-use crate::model::container::Container;
-use crate::model::container::Runtime;
-
 use std::fs;
+
+use crate::model::container::{Container, Runtime};
 
 /// Where runtimes keep what names their containers; a root other than "/"
 /// lets tests use a fake tree.
@@ -217,8 +216,7 @@ pub fn matches(container: &Container, query: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::container::Container;
-    use crate::model::container::Runtime;
+    use crate::model::container::{Container, Runtime};
 
     const DOCKER_ID: &str = "3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
 

@@ -107,8 +107,7 @@ impl CgroupResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::mountinfo::cgroup2_mount_in;
-    use crate::host::mountinfo::v1_controller_mount_in;
+    use crate::host::mountinfo::{cgroup2_mount_in, v1_controller_mount_in};
 
     const HYBRID: &str = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

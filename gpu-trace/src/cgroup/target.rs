@@ -8,9 +8,9 @@ use std::{
 
 use anyhow::{bail, Context};
 
-use crate::{
-    cgroup::identity::identify, cgroup::identity::matches, cgroup::identity::NameSources,
-    cgroup::resolver::CgroupResolver,
+use crate::cgroup::{
+    identity::{identify, matches, NameSources},
+    resolver::CgroupResolver,
 };
 
 /// `--cgroup PATH`: a directory under the cgroup2 mount, given with or

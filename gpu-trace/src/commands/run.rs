@@ -22,24 +22,24 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
     analysis::pipeline::Pipeline,
-    cgroup::resolver::CgroupResolver,
-    cgroup::spawn::place_child_in,
-    cgroup::target::cgroup_dir,
-    cgroup::target::container_dir,
-    cli::tracer_config,
-    cli::RunArgs,
-    host::preflight::check_host,
-    host::preflight::Host,
-    host::proc_devices::CharMajors,
-    kernel::tracer::Tracer,
-    kernel::tracer::DRAIN_BATCH,
+    cgroup::{
+        resolver::CgroupResolver,
+        spawn::place_child_in,
+        target::{cgroup_dir, container_dir},
+    },
+    cli::{tracer_config, RunArgs},
+    host::{
+        preflight::{check_host, Host},
+        proc_devices::CharMajors,
+    },
+    kernel::tracer::{Tracer, DRAIN_BATCH},
     model::exit_status,
-    render::announce::{hook_lines, Hooks},
-    render::output::write_record,
-    render::output::Format,
-    render::run_report::Report,
-    stream::ring_events::event_loop_runtime,
-    stream::ring_events::RingEvents,
+    render::{
+        announce::{hook_lines, Hooks},
+        output::{write_record, Format},
+        run_report::Report,
+    },
+    stream::ring_events::{event_loop_runtime, RingEvents},
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.

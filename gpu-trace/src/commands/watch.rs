@@ -9,13 +9,22 @@ use tokio::{
 };
 
 use crate::{
-    analysis::enrich::Enricher, analysis::pipeline::Pipeline, cgroup::resolver::CgroupResolver,
-    cli::tracer_config, cli::WatchArgs, host::preflight::check_host,
-    host::proc_devices::CharMajors, kernel::tracer::Tracer, kernel::tracer::TracerConfig,
-    kernel::tracer::DRAIN_BATCH, kernel::tracer::RING_CAPACITY_EVENTS, render::announce::announce,
-    render::output::write_record, render::output::Format, stream::filter::Filter,
-    stream::fold::Folder, stream::metrics::Metrics, stream::ring_events::event_loop_runtime,
-    stream::ring_events::RingEvents, stream::sink::Sink,
+    analysis::{enrich::Enricher, pipeline::Pipeline},
+    cgroup::resolver::CgroupResolver,
+    cli::{tracer_config, WatchArgs},
+    host::{preflight::check_host, proc_devices::CharMajors},
+    kernel::tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
+    render::{
+        announce::announce,
+        output::{write_record, Format},
+    },
+    stream::{
+        filter::Filter,
+        fold::Folder,
+        metrics::Metrics,
+        ring_events::{event_loop_runtime, RingEvents},
+        sink::Sink,
+    },
 };
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,

@@ -1,9 +1,8 @@
 //! Device majors and names: /proc/devices, and what NVIDIA's nodes are called.
 
-use crate::model::node::NVIDIA_DYNAMIC_DRIVERS;
-use crate::model::node::NVIDIA_FRONTEND_MAJOR;
-
 use std::{collections::BTreeMap, fs, io};
+
+use crate::model::node::{NVIDIA_DYNAMIC_DRIVERS, NVIDIA_FRONTEND_MAJOR};
 
 /// The char-device section of /proc/devices: major -> driver name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -78,8 +77,7 @@ pub fn nvidia_uvm_loaded() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::node::node_name;
-    use crate::model::node::NvidiaNode;
+    use crate::model::node::{node_name, NvidiaNode};
 
     const PROC_DEVICES: &str = "\
 Character devices:

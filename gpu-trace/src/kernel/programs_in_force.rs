@@ -11,13 +11,10 @@ use std::{
 
 use anyhow::Context;
 use gpu_trace_common::program;
+use gpu_trace_policy::{combined_answer, Answer, DeviceQuery, Insn};
 use serde::Serialize;
 
-use gpu_trace_policy::{combined_answer, Answer, DeviceQuery, Insn};
-
-use crate::{
-    kernel::bpf_sys::device_programs, kernel::bpf_sys::dump_program, kernel::bpf_sys::ProgramDump,
-};
+use crate::kernel::bpf_sys::{device_programs, dump_program, ProgramDump};
 
 /// One device program in force on a cgroup.
 #[derive(Debug, Clone, Serialize)]

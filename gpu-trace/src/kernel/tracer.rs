@@ -3,8 +3,6 @@
 //! Every attachment is a link owned by a file descriptor of this process, so
 //! the kernel detaches everything when the process ends, even on SIGKILL.
 
-use crate::kernel::cgroups_made::CgroupsMade;
-
 use std::{
     os::fd::{AsRawFd, RawFd},
     path::Path,
@@ -19,9 +17,12 @@ use aya::{
 use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent};
 
 use crate::{
-    host::preflight::Unsupported, kernel::device_hook::program_mut,
-    kernel::device_hook::DeviceHook, kernel::device_hook::HookChoice, kernel::device_hook::Loaded,
-    model::access::DeviceAccess, model::access::VerdictSource,
+    host::preflight::Unsupported,
+    kernel::{
+        cgroups_made::CgroupsMade,
+        device_hook::{program_mut, DeviceHook, HookChoice, Loaded},
+    },
+    model::access::{DeviceAccess, VerdictSource},
 };
 
 /// The tracer object, built from gpu-trace-ebpf by build.rs.

@@ -225,8 +225,9 @@ fn until_nul(bytes: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use gpu_trace_common::{EventHead, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
+
+    use super::*;
 
     fn raw(hook_verdict: i32, ret: i32, with_syscall: bool) -> DeviceAccessEvent {
         let mut e = DeviceAccessEvent {

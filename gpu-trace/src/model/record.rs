@@ -3,9 +3,9 @@
 
 use std::{path::PathBuf, rc::Rc, time::SystemTime};
 
-use crate::{
-    model::access::DeviceAccess, model::container::Container, model::denied_by::DeniedBy,
-    model::diagnosis::Diagnosis, model::node::NvidiaNode, model::rendered::Rendered,
+use crate::model::{
+    access::DeviceAccess, container::Container, denied_by::DeniedBy, diagnosis::Diagnosis,
+    node::NvidiaNode, rendered::Rendered,
 };
 
 #[derive(Debug, Clone)]

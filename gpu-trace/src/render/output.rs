@@ -3,17 +3,18 @@
 //! Paths and command names are bytes from other processes: whatever they
 //! hold, an event stays on one line.
 
-use crate::model::rendered::Rendered;
-
 use std::io::{self, Write};
 
 use chrono::{DateTime, Local, Utc};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::{
-    model::access::Verdict, model::container::Container, model::container::Runtime,
-    model::denied_by::DeniedBy, model::record::Record,
+use crate::model::{
+    access::Verdict,
+    container::{Container, Runtime},
+    denied_by::DeniedBy,
+    record::Record,
+    rendered::Rendered,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -283,13 +284,13 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::model::rendered::Rendered;
-    use crate::{
-        model::access::DeviceAccess, model::access::OpenCall, model::access::Verdict,
-        model::access::VerdictSource,
-    };
     use std::{path::PathBuf, time::SystemTime};
+
+    use super::*;
+    use crate::model::{
+        access::{DeviceAccess, OpenCall, Verdict, VerdictSource},
+        rendered::Rendered,
+    };
 
     fn record(comm: &[u8], path: &[u8]) -> Record {
         Record {

@@ -6,8 +6,8 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 
 use crate::{
-    model::record::Record, render::output::errno_name, render::output::printable,
-    render::output::record_json,
+    model::record::Record,
+    render::output::{errno_name, printable, record_json},
 };
 
 /// What makes two problems the same one.

@@ -14,10 +14,10 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use gpu_trace_policy::Insn;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-use crate::{kernel::bpf_sys::attach_device_program, kernel::bpf_sys::load_device_program};
-use gpu_trace_policy::Insn;
+use crate::kernel::bpf_sys::{attach_device_program, load_device_program};
 
 /// A cgroup made for one run and removed after it.
 pub struct ScratchCgroup {

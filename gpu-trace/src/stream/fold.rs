@@ -118,12 +118,16 @@ pub fn parse_window(text: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::{rc::Rc, time::SystemTime};
+
     use super::*;
     use crate::{
-        cgroup::identity::identify, model::access::DeviceAccess, model::access::Verdict,
-        model::access::VerdictSource, model::rendered::Rendered,
+        cgroup::identity::identify,
+        model::{
+            access::{DeviceAccess, Verdict, VerdictSource},
+            rendered::Rendered,
+        },
     };
-    use std::{rc::Rc, time::SystemTime};
 
     fn denial(comm: &[u8], at: u64) -> Record {
         let time = SystemTime::UNIX_EPOCH + Duration::from_secs(at);

@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use gpu_trace::{scenario::run_probe, scenario::ScratchCgroup, scenario::ScratchPolicy};
+use gpu_trace::scenario::{run_probe, ScratchCgroup, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{
     sys::signal::{kill, Signal},

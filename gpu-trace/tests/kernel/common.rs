@@ -13,9 +13,12 @@ use std::{
 };
 
 use gpu_trace::{
-    host::preflight::check_host, host::preflight::Host, host::proc_devices::CharMajors,
-    model::node::NVIDIA_FRONTEND_MAJOR, scenario::DeviceNodes, scenario::OpenMode,
-    scenario::ProbeOp, scenario::ScratchCgroup, scenario::ScratchPolicy,
+    host::{
+        preflight::{check_host, Host},
+        proc_devices::CharMajors,
+    },
+    model::node::NVIDIA_FRONTEND_MAJOR,
+    scenario::{DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use gpu_trace::{scenario::run_probe, scenario::ProbeOp, scenario::PROBE_COMM};
+use gpu_trace::scenario::{run_probe, ProbeOp, PROBE_COMM};
 use gpu_trace_common::program;
 use serde_json::Value;
 

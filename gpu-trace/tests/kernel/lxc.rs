@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_trace::{scenario::DeviceNodes, scenario::OpenMode, scenario::ProbeOp};
+use gpu_trace::scenario::{DeviceNodes, OpenMode, ProbeOp};
 use serde_json::Value;
 
 use crate::common::*;

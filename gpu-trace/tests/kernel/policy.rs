@@ -5,9 +5,8 @@
 use std::{path::Path, process::Command};
 
 use gpu_trace::{
-    kernel::programs_in_force::CgroupPolicy, kernel::programs_in_force::ProgramCache,
-    scenario::run_probe_in, scenario::DeviceNodes, scenario::OpenMode, scenario::ProbeOp,
-    scenario::ScratchPolicy, scenario::SCRATCH_POLICY_NAME,
+    kernel::programs_in_force::{CgroupPolicy, ProgramCache},
+    scenario::{run_probe_in, DeviceNodes, OpenMode, ProbeOp, ScratchPolicy, SCRATCH_POLICY_NAME},
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
 use gpu_trace_policy::{Answer, DeviceQuery};

@@ -12,9 +12,9 @@ use std::{
 };
 
 use gpu_trace::{
-    host::mountinfo::v1_controller_mount_in, model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::run_probe, scenario::DeviceNodes, scenario::OpenMode, scenario::ProbeOp,
-    scenario::ScratchCgroup,
+    host::mountinfo::v1_controller_mount_in,
+    model::node::NVIDIA_FRONTEND_MAJOR,
+    scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
 };
 use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};

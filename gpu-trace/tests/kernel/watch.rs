@@ -10,10 +10,11 @@ use std::{
 };
 
 use gpu_trace::{
-    host::mountinfo::v1_controller_mount_in, host::proc_devices::CharMajors,
-    model::node::NVIDIA_FRONTEND_MAJOR, scenario::run_probe, scenario::DeviceNodes,
-    scenario::OpenMode, scenario::ProbeOp, scenario::ScratchCgroup, scenario::ScratchPolicy,
-    scenario::PROBE_COMM,
+    host::{mountinfo::v1_controller_mount_in, proc_devices::CharMajors},
+    model::node::NVIDIA_FRONTEND_MAJOR,
+    scenario::{
+        run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy, PROBE_COMM,
+    },
 };
 use gpu_trace_common::{program, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{

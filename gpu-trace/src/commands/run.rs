@@ -58,11 +58,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         eprintln!("gpu-trace: {line}");
     }
     let mut pipeline = Pipeline::new(
-        cgroups.with_cgroups_made(
-            tracer
-                .take_cgroup_paths()
-                .map(|made| move |id| made.path(id)),
-        ),
+        cgroups.with_cgroups_made(tracer.take_cgroup_paths()),
         majors,
     );
 

@@ -204,11 +204,7 @@ fn collect_records(
     majors: &CharMajors,
     pid: u32,
 ) -> Vec<Record> {
-    let cgroups = CgroupResolver::new(cgroup2_mount).with_cgroups_made(
-        tracer
-            .take_cgroup_paths()
-            .map(|made| move |id| made.path(id)),
-    );
+    let cgroups = CgroupResolver::new(cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
     let mut pipeline = Pipeline::new(cgroups, majors.clone());
     collect_child_events(tracer, &mut pipeline, pid, 2)
 }

@@ -52,11 +52,8 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         None => Sink::stdout(),
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    let cgroups = CgroupResolver::new(&host.cgroup2_mount).with_cgroups_made(
-        tracer
-            .take_cgroup_paths()
-            .map(|made| move |id| made.path(id)),
-    );
+    let cgroups =
+        CgroupResolver::new(&host.cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
     let mut pipeline = Pipeline::new(cgroups, majors);
 
     let runtime = event_loop_runtime()?;

@@ -3,10 +3,7 @@
 //! Every attachment is a link owned by a file descriptor of this process, so
 //! the kernel detaches everything when the process ends, even on SIGKILL.
 
-use std::{
-    os::fd::{AsRawFd, RawFd},
-    path::Path,
-};
+use std::path::Path;
 
 use anyhow::Context;
 use aya::{
@@ -207,10 +204,13 @@ impl Tracer {
         })
     }
 
-    /// The kernel's record of cgroups made since start (None if the
-    /// tracepoint was refused, or already taken).
-    pub fn take_cgroup_paths(&mut self) -> Option<CgroupsMade> {
-        self.cgroup_paths.take().map(CgroupsMade)
+    /// The kernel's record of cgroups made since start, as a lookup of a
+    /// path by cgroup id (None if the tracepoint was refused, or already taken).
+    pub fn take_cgroup_paths(
+        &mut self,
+    ) -> Option<impl Fn(u64) -> Option<std::path::PathBuf> + 'static> {
+        let made = CgroupsMade(self.cgroup_paths.take()?);
+        Some(move |id| made.path(id))
     }
 
     pub fn hooks(&self) -> &[Hook] {
@@ -256,11 +256,6 @@ impl Tracer {
 
     pub fn watched_majors(&self) -> Vec<u32> {
         self.watched_majors.majors.clone()
-    }
-
-    /// The ring buffer's descriptor, to wait on for readiness.
-    pub fn events_fd(&self) -> RawFd {
-        self.events.as_raw_fd()
     }
 
     /// A duplicate of the ring buffer's fd, for a poller that must own its

@@ -1,7 +1,8 @@
 //! Keeps the layers honest: every module's `crate::` paths must point at a
 //! layer listed before its own (or at its own folder), no subcommand may
 //! import another, and files within one folder must not import each other
-//! in a cycle. Unit tests (`#[cfg(test)]` onwards) may reach anywhere.
+//! in a cycle. A file's unit tests (`#[cfg(test)] mod tests`, at its end)
+//! may reach anywhere.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -33,7 +34,7 @@ fn rank(layer: &str) -> Option<u8> {
 /// Every `crate::a::b` path in `source` outside its tests, as segment lists;
 /// `use crate::{a::b, c::{d, e}}` gives [a, b] and [c, d] and [c, e].
 fn crate_paths(source: &str) -> Vec<Vec<String>> {
-    let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+    let code = outside_tests(source);
     let mut paths = Vec::new();
     let mut rest = code;
     while let Some(at) = rest.find("crate::") {
@@ -43,6 +44,15 @@ fn crate_paths(source: &str) -> Vec<Vec<String>> {
         rest = &rest[end..];
     }
     paths
+}
+
+/// The file up to its `mod tests`; any other `#[cfg(test)]` item (a test
+/// helper module declared mid-file) hides nothing after it.
+fn outside_tests(source: &str) -> &str {
+    source
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or_default()
 }
 
 /// Where a path starting at `text` ends: after its closing brace, or at the
@@ -151,7 +161,7 @@ fn violations(modules: &BTreeMap<(String, String), String>) -> Vec<String> {
                 Some(_) => {}
             }
         }
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code = outside_tests(text);
         if layer == "commands" && file != "mod" && code.contains("super::") {
             wrong.push(format!("{layer}/{file}: a subcommand imports a sibling"));
         }
@@ -211,12 +221,14 @@ fn the_check_catches_a_wrong_import_and_a_cycle() {
         module("model", "node", "fn f() { crate::model::record::Record::new() }"),
         module("kernel", "tracer", "use crate::cgroup::resolver::CgroupResolver;"),
         module("commands", "run", "use crate::commands::watch::announce;"),
-        module("analysis", "enrich", "use crate::{host::clock::BootClock, model::{access::A, node::N}};\n#[cfg(test)]\nuse crate::commands::x;"),
+        module("analysis", "enrich", "use crate::{host::clock::BootClock, model::{access::A, node::N}};\n#[cfg(test)]\nmod tests {\n    use crate::commands::x;\n}"),
+        module("analysis", "mod", "#[cfg(test)]\nmod test_support;\nuse crate::render::output::Format;"),
     ]);
     let wrong = violations(&modules);
     assert_eq!(
         wrong,
         [
+            "analysis/mod -> crate::render::output::Format: against the layer order",
             "kernel/tracer -> crate::cgroup::resolver::CgroupResolver: against the layer order",
             "model/record -> crate::analysis::enrich::Enricher: against the layer order",
             "commands/run imports another subcommand",

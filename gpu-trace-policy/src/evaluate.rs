@@ -583,14 +583,6 @@ mod tests {
     const AND: u8 = 0x50;
     const RSH: u8 = 0x70;
 
-    fn char_dev(major: u32, minor: u32, access: u16) -> DeviceQuery {
-        DeviceQuery {
-            dev_type: 2,
-            major,
-            minor,
-            access,
-        }
-    }
     const RW: u16 = 2 | 4;
 
     /// The shape runc, LXC and systemd emit: unpack the context, then one
@@ -626,16 +618,25 @@ mod tests {
     #[test]
     fn allowlist_program_allows_listed_devices_and_denies_the_rest() {
         let p = allowlist();
-        assert_eq!(evaluate(&p, &char_dev(195, 255, RW)), Ok(Outcome::Allow));
-        assert_eq!(evaluate(&p, &char_dev(195, 0, 1)), Ok(Outcome::Allow));
         assert_eq!(
-            evaluate(&p, &char_dev(511, 0, RW)),
+            evaluate(&p, &DeviceQuery::char_device(195, 255, RW)),
+            Ok(Outcome::Allow)
+        );
+        assert_eq!(
+            evaluate(&p, &DeviceQuery::char_device(195, 0, 1)),
+            Ok(Outcome::Allow)
+        );
+        assert_eq!(
+            evaluate(&p, &DeviceQuery::char_device(511, 0, RW)),
             Ok(Outcome::Deny),
             "uvm not listed"
         );
-        assert_eq!(evaluate(&p, &char_dev(1, 3, RW)), Ok(Outcome::Allow));
         assert_eq!(
-            evaluate(&p, &char_dev(1, 3, 1)),
+            evaluate(&p, &DeviceQuery::char_device(1, 3, RW)),
+            Ok(Outcome::Allow)
+        );
+        assert_eq!(
+            evaluate(&p, &DeviceQuery::char_device(1, 3, 1)),
             Ok(Outcome::Deny),
             "mknod of /dev/null not allowed"
         );
@@ -667,7 +668,7 @@ mod tests {
             p.push(mov64_k(0, 1));
             p.push(exit());
             assert_eq!(
-                evaluate(&p, &char_dev(0, 0, 0)),
+                evaluate(&p, &DeviceQuery::char_device(0, 0, 0)),
                 Ok(Outcome::Allow),
                 "{p:?}"
             );
@@ -711,13 +712,19 @@ mod tests {
             mov64_k(0, 1),
             exit(),
         ];
-        assert_eq!(evaluate(&p, &char_dev(1, 1, RW)), Ok(Outcome::Allow));
-        assert_eq!(evaluate(&p, &char_dev(1, 1, 2)), Ok(Outcome::Deny));
+        assert_eq!(
+            evaluate(&p, &DeviceQuery::char_device(1, 1, RW)),
+            Ok(Outcome::Allow)
+        );
+        assert_eq!(
+            evaluate(&p, &DeviceQuery::char_device(1, 1, 2)),
+            Ok(Outcome::Deny)
+        );
     }
 
     #[test]
     fn refuses_what_it_cannot_evaluate() {
-        let q = char_dev(1, 1, 2);
+        let q = DeviceQuery::char_device(1, 1, 2);
         assert_eq!(evaluate(&[], &q), Err(CannotEvaluate::NoInstructions));
         assert_eq!(
             evaluate(&[insn(CLASS_JMP | 0x80, 0, 0, 0, 1), exit()], &q),
@@ -796,7 +803,7 @@ mod tests {
 
     #[test]
     fn only_the_low_bit_of_r0_decides() {
-        let q = char_dev(1, 1, 2);
+        let q = DeviceQuery::char_device(1, 1, 2);
         assert_eq!(evaluate(&[mov64_k(0, 3), exit()], &q), Ok(Outcome::Allow));
         assert_eq!(evaluate(&[mov64_k(0, 2), exit()], &q), Ok(Outcome::Deny));
     }

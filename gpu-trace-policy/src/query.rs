@@ -1,7 +1,7 @@
 //! One device access as a cgroup device program is asked about it, and the
 //! "rwm" letters cgroup device rules write its access in.
 
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
 
 /// The access bits in the order device rules spell them ("rwm").
 pub const ACCESS_LETTERS: [(u16, char); 3] =
@@ -39,6 +39,16 @@ pub struct DeviceQuery {
 }
 
 impl DeviceQuery {
+    /// An access to a char device, the kind every GPU node is.
+    pub fn char_device(major: u32, minor: u32, access: u16) -> Self {
+        Self {
+            dev_type: DEV_TYPE_CHAR,
+            major,
+            minor,
+            access,
+        }
+    }
+
     pub(crate) fn context(&self) -> [u8; CONTEXT_SIZE] {
         let access_type = (u32::from(self.access) << 16) | u32::from(self.dev_type);
         let mut ctx = [0u8; CONTEXT_SIZE];

@@ -91,25 +91,20 @@ mod tests {
             lines: lines.iter().map(|l| l.to_string()).collect(),
         }
     }
-    fn char_dev(major: u32, minor: u32, access: u16) -> DeviceQuery {
-        DeviceQuery {
-            dev_type: 2,
-            major,
-            minor,
-            access,
-        }
-    }
 
     #[test]
     fn default_deny_lists_allow_only_what_they_name() {
         let l = list(&["c 1:3 rwm", "c 195:* rwm", "c 136:* rw", "b 7:0 r"]);
         assert_eq!(
-            l.answer(&char_dev(195, 255, 6)),
+            l.answer(&DeviceQuery::char_device(195, 255, 6)),
             V1Answer::Allowed("c 195:* rwm".into())
         );
-        assert_eq!(l.answer(&char_dev(511, 0, 6)), V1Answer::Denied);
         assert_eq!(
-            l.answer(&char_dev(136, 2, 1)),
+            l.answer(&DeviceQuery::char_device(511, 0, 6)),
+            V1Answer::Denied
+        );
+        assert_eq!(
+            l.answer(&DeviceQuery::char_device(136, 2, 1)),
             V1Answer::Denied,
             "mknod not in rw"
         );
@@ -123,7 +118,7 @@ mod tests {
             V1Answer::Allowed("b 7:0 r".into())
         );
         assert_eq!(
-            l.answer(&char_dev(7, 0, 2)),
+            l.answer(&DeviceQuery::char_device(7, 0, 2)),
             V1Answer::Denied,
             "b rule does not cover char"
         );
@@ -132,7 +127,7 @@ mod tests {
     #[test]
     fn allow_all_may_hide_deny_exceptions() {
         assert_eq!(
-            list(&["a *:* rwm"]).answer(&char_dev(511, 0, 6)),
+            list(&["a *:* rwm"]).answer(&DeviceQuery::char_device(511, 0, 6)),
             V1Answer::AllowedByDefault
         );
     }

@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
+use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
 use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer, ACCESS_LETTERS};
 use serde::Serialize;
 
@@ -128,18 +128,7 @@ pub fn row(
     majors: &CharMajors,
 ) -> NodeRow {
     let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-    let decide = |access: u16| {
-        decide(
-            policy,
-            v1,
-            &DeviceQuery {
-                dev_type: DEV_TYPE_CHAR,
-                major,
-                minor,
-                access,
-            },
-        )
-    };
+    let decide = |access: u16| decide(policy, v1, &DeviceQuery::char_device(major, minor, access));
     let letters: String = ACCESS_LETTERS
         .iter()
         .map(|&(bit, letter)| match decide(bit).0 {
@@ -280,12 +269,7 @@ mod tests {
     }
 
     fn rw(major: u32) -> DeviceQuery {
-        DeviceQuery {
-            dev_type: DEV_TYPE_CHAR,
-            major,
-            minor: 0,
-            access: 6,
-        }
+        DeviceQuery::char_device(major, 0, 6)
     }
 
     #[test]

@@ -11,17 +11,18 @@ use std::{
 };
 
 /// The layers in import order. Layers of equal rank may not import each other.
-const LAYERS: [(&str, u8); 10] = [
-    ("model", 0),
-    ("host", 1),
-    ("kernel", 2),
-    ("cgroup", 2),
-    ("analysis", 3),
-    ("render", 4),
-    ("stream", 5),
-    ("scenario", 6),
-    ("cli", 7),
-    ("commands", 8),
+const LAYERS: [(&str, u8); 11] = [
+    ("text", 0),
+    ("model", 1),
+    ("host", 2),
+    ("kernel", 3),
+    ("cgroup", 3),
+    ("analysis", 4),
+    ("render", 5),
+    ("stream", 6),
+    ("scenario", 7),
+    ("cli", 8),
+    ("commands", 9),
 ];
 
 fn rank(layer: &str) -> Option<u8> {

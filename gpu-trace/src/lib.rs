@@ -4,11 +4,14 @@
 //! Layers, each importing only from those listed before it (see
 //! `layers.rs`, which tests it, and docs/architecture.md):
 //!
+//! `text` (tenant strings made safe for shells, terminals, JSON) ->
 //! `model` (data) -> `host` (files the host offers) -> `kernel` (bpf(2),
 //! aya) and `cgroup` (names of cgroups) -> `analysis` (enrich, attribute,
 //! diagnose) -> `render` (human, JSON, reports) -> `stream` (filter, fold,
 //! sink, metrics) -> `scenario` (the incident rebuilt for selftest and
 //! tests) -> `cli` -> `commands` (one per subcommand) -> main.rs.
+
+pub mod text;
 
 pub mod model;
 

@@ -17,6 +17,7 @@ use crate::{
         node::NvidiaNode,
         record::Record,
     },
+    text::shell_word::{command_word, plain_or, prose},
 };
 
 /// What the cause functions below work out; `Diagnosis` adds the renderings.
@@ -27,10 +28,26 @@ struct Parts {
 }
 
 impl From<Parts> for Diagnosis {
-    fn from(parts: Parts) -> Self {
+    fn from(mut parts: Parts) -> Self {
+        let placeholders: Vec<&str> = PLACEHOLDERS
+            .into_iter()
+            .filter(|p| parts.fix.iter().any(|f| f.contains(p)))
+            .collect();
+        if !placeholders.is_empty() {
+            parts.fix.push(format!(
+                "({} stand{} for the name in this event, which holds characters that cannot be shown safely in a command)",
+                placeholders.join(" and "),
+                if placeholders.len() == 1 { "s" } else { "" }
+            ));
+        }
         Diagnosis::new(parts.cause, parts.explanation, parts.fix)
     }
 }
+
+/// Shown in commands instead of an observed name no quoting can show.
+const CONTAINER: &str = "<container>";
+const NODE_PATH: &str = "<node path>";
+const PLACEHOLDERS: [&str; 2] = [CONTAINER, NODE_PATH];
 
 /// Remembers which (cgroup, device) pairs were allowed, to recognise rules
 /// rewritten while a container runs, and caches diagnoses: a denial
@@ -156,12 +173,17 @@ fn policy_text(record: &Record) -> String {
         Some(culprit @ DeniedBy::Program { .. }) => {
             format!(
                 "the device policy {} (of {})",
-                culprit.describe(),
-                record.container.label()
+                prose(&culprit.describe()),
+                label(record)
             )
         }
-        _ => format!("the device policy of {}", record.container.label()),
+        _ => format!("the device policy of {}", label(record)),
     }
+}
+
+/// The container's label, for prose.
+fn label(record: &Record) -> String {
+    prose(&record.container.label()).into_owned()
 }
 
 fn device_text(record: &Record) -> String {
@@ -214,8 +236,10 @@ fn stale_major(record: &Record, majors: &CharMajors) -> Option<Parts> {
         return None;
     }
     let path = path_of(record);
+    let shown = prose(&path);
     let mut fix = vec![format!(
-        "recreate {path} with today's major: on the host `nvidia-modprobe -u -c=0` (or `mknod -m 666 {path} c {today} {}`), and restart what bind-mounts it",
+        "recreate {shown} with today's major: on the host `nvidia-modprobe -u -c=0` (or `mknod -m 666 {} c {today} {}`), and restart what bind-mounts it",
+        command_word(&path, NODE_PATH),
         a.minor
     )];
     fix.extend(allow_device(
@@ -227,7 +251,7 @@ fn stale_major(record: &Record, majors: &CharMajors) -> Option<Parts> {
     Some(Parts {
         cause: Cause::StaleMajor,
         explanation: format!(
-            "{path} is c {}:{} but {} has major {today} today (/proc/devices): the node, and maybe the allow rule, predate a reboot or driver update",
+            "{shown} is c {}:{} but {} has major {today} today (/proc/devices): the node, and maybe the allow rule, predate a reboot or driver update",
             a.major,
             a.minor,
             node.driver()
@@ -254,7 +278,7 @@ fn rules_rewritten(record: &Record) -> Parts {
         ],
         Runtime::Systemd => vec![format!(
             "in {}: DeviceAllow=char-{driver} rw (a rule by driver name survives reloads and new majors)",
-            record.container.id
+            prose(&record.container.id)
         )],
         _ => allow_device(
             &record.container,
@@ -267,7 +291,7 @@ fn rules_rewritten(record: &Record) -> Parts {
         cause: Cause::RulesRewritten,
         explanation: format!(
             "{} opened {} earlier in this trace and is now denied: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs)",
-            record.container.label(),
+            label(record),
             device_text(record)
         ),
         fix,
@@ -300,12 +324,12 @@ fn node_missing(record: &Record) -> Parts {
     if record.container.runtime != Runtime::Cgroup {
         fixes.push(format!(
             "then make it visible in {} (it needs the node bind-mounted or passed as a device)",
-            record.container.label()
+            label(record)
         ));
     }
     Parts {
         cause: Cause::NodeMissing,
-        explanation: format!("{path} does not exist (ENOENT): {why}"),
+        explanation: format!("{} does not exist (ENOENT): {why}", prose(&path)),
         fix: fixes,
     }
 }
@@ -315,11 +339,15 @@ fn file_permissions(record: &Record) -> Parts {
     Parts {
         cause: Cause::FilePermissions,
         explanation: format!(
-            "{path} refused uid {} with EACCES: its file mode or group does not let this user in; this is not the device policy",
+            "{} refused uid {} with EACCES: its file mode or group does not let this user in; this is not the device policy",
+            prose(&path),
             record.access.uid
         ),
         fix: vec![
-            format!("check `ls -l {path}`: NVIDIA's nodes are normally crw-rw-rw-"),
+            format!(
+                "check `ls -l -- {}`: NVIDIA's nodes are normally crw-rw-rw-",
+                command_word(&path, NODE_PATH)
+            ),
             "add the user to the node's group (video or render), or set the driver's NVreg_DeviceFileMode / NVreg_DeviceFileGID module options".to_string(),
         ],
     }
@@ -332,7 +360,7 @@ fn v1_devices_list(record: &Record) -> Parts {
         explanation: format!(
             "the BPF device policies allowed {} for {}, but the open still got EPERM: the cgroup v1 devices controller (devices.list) denies it",
             device_text(record),
-            record.container.label()
+            label(record)
         ),
         fix: vec![
             format!(
@@ -368,7 +396,11 @@ pub fn allow_device(
     major: u32,
     node: NvidiaNode,
 ) -> Vec<String> {
-    let in_container = node_path.trim_start_matches('/');
+    // Config files take no shell quoting: a path outside the safe set
+    // becomes a placeholder there (and the fix says so).
+    let config_path = plain_or(node_path, NODE_PATH);
+    let in_container = config_path.trim_start_matches('/');
+    let device_word = command_word(node_path, NODE_PATH);
     match container.runtime {
         Runtime::Lxc => {
             let proxmox = container.id.chars().all(|c| c.is_ascii_digit());
@@ -380,35 +412,35 @@ pub fn allow_device(
             let restart = if proxmox {
                 format!("pct reboot {}", container.id)
             } else {
-                format!("lxc-stop -n {0} && lxc-start -n {0}", container.id)
+                format!("lxc-stop -n {0} && lxc-start -n {0}", command_word(&container.id, CONTAINER))
             };
             let mut fix = vec![
-                format!("add to {config}: `lxc.cgroup2.devices.allow: c {major}:* rwm`"),
-                format!("and, if the node is not in the container yet: `lxc.mount.entry: {node_path} {in_container} none bind,optional,create=file`"),
+                format!("add to {}: `lxc.cgroup2.devices.allow: c {major}:* rwm`", command_word(&config, "the container's config")),
+                format!("and, if the node is not in the container yet: `lxc.mount.entry: {config_path} {in_container} none bind,optional,create=file`"),
             ];
             if proxmox {
-                fix.push(format!("(on Proxmox VE 8.1 or later, `devN: {node_path}` passes the node through instead)"));
+                fix.push(format!("(on Proxmox VE 8.1 or later, `devN: {config_path}` passes the node through instead)"));
             }
             fix.push(format!("then restart the container: `{restart}`"));
             fix
         }
         Runtime::Docker => vec![format!(
-            "recreate the container with `--device {node_path}` (or `--device-cgroup-rule='c {major}:* rmw'`); with the NVIDIA Container Toolkit, `--gpus all` adds every node"
+            "recreate the container with `--device {device_word}` (or `--device-cgroup-rule='c {major}:* rmw'`); with the NVIDIA Container Toolkit, `--gpus all` adds every node"
         )],
-        Runtime::Podman => vec![format!("recreate the container with `--device {node_path}` (or, with CDI specs, `--device nvidia.com/gpu=all`)")],
+        Runtime::Podman => vec![format!("recreate the container with `--device {device_word}` (or, with CDI specs, `--device nvidia.com/gpu=all`)")],
         Runtime::Containerd | Runtime::Crio => vec![
             "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
             format!("the node must be allowed as c {major}:* rw in the container's device rules"),
         ],
         Runtime::Systemd => vec![format!(
             "in {}: `DeviceAllow=char-{} rw` (follows the driver's major; `systemctl edit {}`)",
-            container.id,
+            prose(&container.id),
             node.driver(),
-            container.id
+            command_word(&container.id, CONTAINER)
         )],
         Runtime::Cgroup => vec![format!(
             "allow c {major}:* rwm in the device policy attached to {} or an ancestor (`bpftool cgroup tree` lists it), i.e. in whatever manages that cgroup",
-            container.cgroup
+            prose(&container.cgroup)
         )],
     }
 }
@@ -416,7 +448,7 @@ pub fn allow_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::test_support::{record, PROC_DEVICES};
+    use crate::analysis::test_support::{assert_paste_safe, record, PROC_DEVICES};
 
     fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
         d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)
@@ -580,6 +612,87 @@ mod tests {
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert_eq!(diag.cause, Cause::V1DevicesList);
         assert!(diag.hint.contains("devices.allow") && diag.hint.contains("c 509:* rmw"));
+    }
+
+    /// Names a tenant may give its cgroup (root in an LXC container, a
+    /// delegated systemd subtree) or the path it opens.
+    const HOSTILE: [&str; 4] = [
+        "$(touch${IFS}pwned)",
+        "x;echo>pwned",
+        "a'b`echo>pwned`",
+        "-n$(echo>pwned)",
+    ];
+
+    #[test]
+    fn hostile_container_names_reach_commands_as_literal_words() {
+        for name in HOSTILE {
+            let mut d = Diagnoser::default();
+            let r = record(
+                &format!("/lxc.payload.{name}"),
+                "/dev/nvidia-uvm",
+                509,
+                0,
+                Verdict::DeniedByBpfPolicy,
+                -libc::EPERM,
+            );
+            let diag = diagnose(&mut d, &r).expect("diagnosis");
+            assert!(diag.hint.contains("lxc-stop -n"), "{diag:?}");
+            assert_paste_safe(&diag.hint, name);
+            let unit = allow_device(
+                &identify(
+                    &format!("/system.slice/{name}.service"),
+                    &NameSources::default(),
+                ),
+                "/dev/nvidia-uvm",
+                509,
+                NvidiaNode::Uvm,
+            );
+            assert_paste_safe(&unit.join("; "), name);
+        }
+    }
+
+    #[test]
+    fn hostile_paths_reach_commands_as_literal_words() {
+        for name in HOSTILE {
+            let path = format!("/tmp/{name}/nvidia-uvm");
+            let mut d = Diagnoser::default();
+            // A stale major (511 is not nvidia-uvm's 509): the mknod hint.
+            let stale = record(
+                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+                &path,
+                511,
+                0,
+                Verdict::DeniedByBpfPolicy,
+                -libc::EPERM,
+            );
+            let diag = diagnose(&mut d, &stale).expect("diagnosis");
+            assert_eq!(diag.cause, Cause::StaleMajor);
+            assert!(diag.hint.contains("mknod"), "{diag:?}");
+            assert_paste_safe(&diag.hint, &path);
+            // A device with no NVIDIA node: the --device hint names the path.
+            let mut other = record(
+                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+                &format!("/tmp/{name}/card"),
+                226,
+                0,
+                Verdict::DeniedByBpfPolicy,
+                -libc::EPERM,
+            );
+            other.node = None;
+            let diag = diagnose(&mut d, &other).expect("diagnosis");
+            assert!(diag.hint.contains("--device"), "{diag:?}");
+            assert_paste_safe(&diag.hint, &format!("/tmp/{name}/card"));
+            // EACCES: the `ls -l` hint.
+            let eacces = record(
+                "/",
+                &path,
+                0,
+                0,
+                Verdict::FailedBeforeDeviceCheck,
+                -libc::EACCES,
+            );
+            assert_paste_safe(&diagnose(&mut d, &eacces).expect("diagnosis").hint, &path);
+        }
     }
 
     #[test]

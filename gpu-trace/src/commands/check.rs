@@ -27,6 +27,7 @@ use crate::{
         check_report::{write_human, CheckReport, DevicesListReport},
         output::Format,
     },
+    text::json,
 };
 
 /// Returns the exit status: 0 usable, 1 not (2, on error, is the caller's).
@@ -89,7 +90,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     };
     let mut out = io::stdout().lock();
     match args.format {
-        Format::Json => writeln!(out, "{}", serde_json::to_string(&report)?)?,
+        Format::Json => writeln!(out, "{}", json::to_string(&report))?,
         Format::Human => write_human(&mut out, &report)?,
     }
     Ok(if usable {

@@ -40,6 +40,7 @@ use crate::{
         run_report::Report,
     },
     stream::ring_events::{event_loop_runtime, RingEvents},
+    text::json,
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -88,7 +89,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
                 .collect();
             let mut summary = report.to_json(&words, i32::from(exit_code));
             summary["report"]["lost"] = lost.into();
-            writeln!(err, "{summary}")?;
+            writeln!(err, "{}", json::to_string(&summary))?;
         }
     }
     // The report is out; detaching takes a while (see Tracer's Drop).

@@ -30,7 +30,7 @@ use crate::{
     },
     render::{
         announce::{hook_lines, Hooks},
-        output::{errno_name, human_line},
+        output::{errno_name, write_human},
     },
     scenario::{
         run_probe, DeviceNodes, OpenMode, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy,
@@ -212,8 +212,9 @@ fn collect_records(
 fn print_records(records: &[Record]) {
     println!();
     println!("  what the tracer reported:");
+    let mut out = std::io::stdout().lock();
     for record in records {
-        println!("    {}", human_line(record));
+        let _ = write_human(&mut out, record, "    ");
     }
 }
 

@@ -5,6 +5,8 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use crate::text::json;
+
 /// Root causes, with the stable names JSON output uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -61,13 +63,9 @@ impl Diagnosis {
     /// Renders `explanation` and the one-line hint to JSON once.
     pub fn new(cause: Cause, explanation: String, fix: Vec<String>) -> Self {
         let hint = fix.join("; ");
-        let render = |text: &str| {
-            RawValue::from_string(serde_json::to_string(text).expect("a string serializes"))
-                .expect("valid JSON")
-        };
         Self {
-            json_explanation: render(&explanation),
-            json_hint: render(&hint),
+            json_explanation: json::to_raw(&explanation),
+            json_hint: json::to_raw(&hint),
             cause,
             explanation,
             fix,

@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use crate::text::json;
+
 /// A value with its JSON rendered once: containers and culprits repeat on
 /// every event of a busy cgroup, and serializing them anew each time was a
 /// large part of the per-event cost.
@@ -14,7 +16,7 @@ pub struct Rendered<T> {
 
 impl<T: Serialize> Rendered<T> {
     pub fn new(value: T) -> Self {
-        let json = serde_json::value::to_raw_value(&value).expect("plain data serializes");
+        let json = json::to_raw(&value);
         Self { value, json }
     }
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     analysis::access_check::View, kernel::programs_in_force::PolicyProgram,
-    model::container::Container,
+    model::container::Container, text::terminal::TerminalLines,
 };
 
 #[derive(Debug, Serialize)]
@@ -31,48 +31,48 @@ pub struct DevicesListReport {
 }
 
 pub fn write_human(out: &mut impl Write, report: &CheckReport) -> io::Result<()> {
+    let mut out = TerminalLines::new(out);
     let pid = report.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
-    writeln!(
-        out,
+    out.line(format_args!(
         "gpu-trace check: cgroup {} ({}){pid}",
         report.cgroup,
         report.container.label()
-    )?;
+    ))?;
     match report.programs.len() {
-        0 => writeln!(out, "device programs in force: none")?,
+        0 => out.line(format_args!("device programs in force: none"))?,
         n => {
-            writeln!(
-                out,
+            out.line(format_args!(
                 "device programs in force ({n}, in the order the kernel runs them):"
-            )?;
+            ))?;
             for p in &report.programs {
-                writeln!(
-                    out,
+                out.line(format_args!(
                     "  {} ({} attach, tag {})",
                     p.label(),
                     p.attach_mode,
                     p.tag
-                )?;
+                ))?;
             }
         }
     }
     if let Some(list) = &report.devices_list {
-        writeln!(
-            out,
+        out.line(format_args!(
             "cgroup v1 devices.list of {}: {}",
             list.cgroup,
             list.lines.join(", ")
-        )?;
+        ))?;
     }
     for view in &report.views {
-        writeln!(out)?;
-        writeln!(out, "{} nodes ({}):", view.name, view.dev_dir.display())?;
+        out.blank()?;
+        out.line(format_args!(
+            "{} nodes ({}):",
+            view.name,
+            view.dev_dir.display()
+        ))?;
         if view.nodes.is_empty() {
-            writeln!(out, "  (no NVIDIA nodes)")?;
+            out.line(format_args!("  (no NVIDIA nodes)"))?;
         }
         for row in &view.nodes {
-            writeln!(
-                out,
+            out.line(format_args!(
                 "  {:<32} {:<18} c {:>3}:{:<4} {:<4} {:<8} {}",
                 row.path.display().to_string(),
                 row.kind,
@@ -81,28 +81,28 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport) -> io::Result<()>
                 row.access,
                 row.verdict,
                 row.decided_by
-            )?;
+            ))?;
         }
     }
-    writeln!(out)?;
-    writeln!(
-        out,
+    out.blank()?;
+    out.line(format_args!(
         "nvidia_uvm module: {}",
         if report.nvidia_uvm_loaded {
             "loaded"
         } else {
             "not loaded"
         }
-    )?;
+    ))?;
     for problem in &report.problems {
-        writeln!(out, "problem: {problem}")?;
+        out.line(format_args!("problem: {problem}"))?;
     }
     if report.usable {
-        writeln!(
-            out,
+        out.line(format_args!(
             "result: usable: nvidiactl, nvidia-uvm and a GPU node are present, current and allowed"
-        )
+        ))
     } else {
-        writeln!(out, "result: NOT usable for CUDA (see the problems above)")
+        out.line(format_args!(
+            "result: NOT usable for CUDA (see the problems above)"
+        ))
     }
 }

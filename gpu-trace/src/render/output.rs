@@ -1,7 +1,9 @@
 //! Records written out: one human line or one JSON object per event.
 //!
-//! Paths and command names are bytes from other processes: whatever they
-//! hold, an event stays on one line.
+//! Paths, command names and cgroup names are chosen by other processes:
+//! human lines go out through `TerminalLines` (escaped whole), JSON through
+//! the terminal-safe formatter, so whatever they hold, an event stays on
+//! its lines and cannot drive the terminal.
 
 use std::io::{self, Write};
 
@@ -9,12 +11,18 @@ use chrono::{DateTime, Local, Utc};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::model::{
-    access::Verdict,
-    container::{Container, Runtime},
-    denied_by::DeniedBy,
-    record::Record,
-    rendered::Rendered,
+use crate::{
+    model::{
+        access::Verdict,
+        container::{Container, Runtime},
+        denied_by::DeniedBy,
+        record::Record,
+        rendered::Rendered,
+    },
+    text::{
+        json,
+        terminal::{printable, TerminalLines},
+    },
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,9 +35,9 @@ pub enum Format {
 
 pub fn write_record(out: &mut impl Write, format: Format, record: &Record) -> io::Result<()> {
     match format {
-        Format::Human => writeln!(out, "{}", human_line(record)),
+        Format::Human => write_human(out, record, ""),
         Format::Json => {
-            serde_json::to_writer(&mut *out, &JsonRecord::from(record))?;
+            json::write(&mut *out, &JsonRecord::from(record))?;
             out.write_all(b"\n")
         }
     }
@@ -44,7 +52,18 @@ pub fn record_json(record: &Record) -> serde_json::Value {
     serde_json::to_value(JsonRecord::from(record)).expect("plain data serializes")
 }
 
-pub fn human_line(record: &Record) -> String {
+/// The event's line and, when diagnosed, its fix line, each after `indent`.
+pub fn write_human(out: &mut impl Write, record: &Record, indent: &str) -> io::Result<()> {
+    let mut lines = TerminalLines::new(out);
+    lines.line(format_args!("{indent}{}", human_line(record)))?;
+    if let Some(diagnosis) = &record.diagnosis {
+        lines.line(format_args!("{indent}        fix: {}", diagnosis.hint))?;
+    }
+    Ok(())
+}
+
+/// The event on one line, before terminal escaping.
+fn human_line(record: &Record) -> String {
     let a = &record.access;
     let time: DateTime<Local> = record.time.into();
     let verdict = match a.verdict {
@@ -108,17 +127,13 @@ pub fn human_line(record: &Record) -> String {
     match &record.denied_by {
         Some(culprit) => {
             line.push_str("  by ");
-            line.push_str(&printable(culprit.describe().as_bytes()));
+            line.push_str(&culprit.describe());
         }
         None if a.verdict.is_denied() => {
             line.push_str("  ");
             line.push_str(a.verdict.describe());
         }
         None => {}
-    }
-    if let Some(diagnosis) = &record.diagnosis {
-        line.push_str("\n        fix: ");
-        line.push_str(&printable(diagnosis.hint.as_bytes()));
     }
     line
 }
@@ -136,25 +151,6 @@ pub fn errno_name(errno: i32) -> String {
         nix::errno::Errno::UnknownErrno => format!("errno {errno}"),
         known => format!("{known:?}"),
     }
-}
-
-/// Text for a terminal: valid UTF-8 printed as is except control characters;
-/// anything else as \xNN escapes.
-pub fn printable(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() {
-                out.extend(c.escape_default());
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
 }
 
 /// A byte string as JSON: the text itself when it is valid UTF-8 (serde_json
@@ -397,5 +393,43 @@ mod tests {
             line.contains("EPERM") && line.contains("cgroup /lxc/200"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn hostile_cgroup_names_never_reach_the_terminal_raw() {
+        let cgroup = "/lxc/a\u{1b}]0;pwned\u{7}\u{202e}b\u{9b}c\u{7f}";
+        let mut r = record("x\u{2066}".as_bytes(), b"/dev/nvidia-uvm\xc2\x9b");
+        r.cgroup = Some(PathBuf::from(cgroup));
+        r.container = std::rc::Rc::new(Rendered::new(crate::cgroup::identity::identify(
+            cgroup,
+            &Default::default(),
+        )));
+        r.diagnosis = Some(std::rc::Rc::new(crate::model::diagnosis::Diagnosis::new(
+            crate::model::diagnosis::Cause::DeviceDenied,
+            format!("denied in {cgroup}"),
+            vec![format!("fix {cgroup}")],
+        )));
+        let mut out = Vec::new();
+        write_record(&mut out, Format::Human, &r).expect("write");
+        let text = String::from_utf8(out).expect("UTF-8");
+        assert_eq!(text.lines().count(), 2, "event and fix: {text:?}");
+        assert!(
+            !text
+                .replace('\n', "")
+                .chars()
+                .any(crate::text::terminal::needs_escape),
+            "{text:?}"
+        );
+        assert!(text.contains("lxc a\\u{1b}]0;pwned"), "{text:?}");
+        let (line, v) = json_of(&r);
+        assert!(
+            !line
+                .trim_end()
+                .chars()
+                .any(|c| c.is_control() || c == '\u{202e}'),
+            "{line:?}"
+        );
+        assert_eq!(v["cgroup"], cgroup, "JSON keeps the name exactly");
+        assert_eq!(v["hint"], format!("fix {cgroup}"));
     }
 }

@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 
 use crate::{
     model::record::Record,
-    render::output::{errno_name, printable, record_json},
+    render::output::{errno_name, record_json},
+    text::terminal::{printable, TerminalLines},
 };
 
 /// What makes two problems the same one.
@@ -55,19 +56,18 @@ impl Report {
     }
 
     pub fn write_human(&self, out: &mut impl Write, command: &str, status: &str) -> io::Result<()> {
-        writeln!(out, "gpu-trace: `{command}` {status}")?;
+        let mut out = TerminalLines::new(out);
+        out.line(format_args!("gpu-trace: `{command}` {status}"))?;
         if self.problems.is_empty() {
-            return writeln!(
-                out,
+            return out.line(format_args!(
                 "gpu-trace: no denied or failed GPU device access by it or its children"
-            );
+            ));
         }
         let n = self.problems.len();
-        writeln!(
-            out,
+        out.line(format_args!(
             "gpu-trace: {n} problem{} with GPU devices:",
             if n == 1 { "" } else { "s" }
-        )?;
+        ))?;
         for (i, (_, record, count)) in self.problems.iter().enumerate() {
             let a = &record.access;
             let verdict = if a.verdict.is_denied() {
@@ -96,22 +96,20 @@ impl Report {
                 .and_then(|o| o.errno())
                 .map(errno_name)
                 .unwrap_or_default();
-            writeln!(
-                out,
+            out.line(format_args!(
                 "  {}. {verdict} x{count}  {path}  {device}  {errno}  in {}",
                 i + 1,
                 record.container.label()
-            )?;
+            ))?;
             if let Some(diagnosis) = &record.diagnosis {
-                writeln!(
-                    out,
+                out.line(format_args!(
                     "     cause ({}): {}",
                     diagnosis.cause.id(),
                     diagnosis.explanation
-                )?;
+                ))?;
                 for (j, step) in diagnosis.fix.iter().enumerate() {
                     let label = if j == 0 { "fix:" } else { "    " };
-                    writeln!(out, "     {label} {step}")?;
+                    out.line(format_args!("     {label} {step}"))?;
                 }
             }
         }

@@ -1,0 +1,71 @@
+//! JSON lines that stay safe when `cat`ed or `tail -f`ed to a terminal:
+//! serde_json escapes C0 controls; this formatter also writes DEL, C1
+//! controls and the bidi and format characters as `\u` escapes.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+use serde_json::{ser::Formatter, value::RawValue, Serializer};
+
+struct TerminalSafeJson;
+
+fn needs_unicode_escape(c: char) -> bool {
+    // C0 is already escaped by serde_json; these are what it leaves raw.
+    ('\u{7f}'..='\u{9f}').contains(&c)
+        || matches!(c,
+            '\u{ad}' | '\u{61c}' | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}')
+}
+
+impl Formatter for TerminalSafeJson {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if needs_unicode_escape(c) {
+                writer.write_all(&fragment.as_bytes()[start..i])?;
+                write!(writer, "\\u{:04x}", c as u32)?;
+                start = i + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+}
+
+/// Writes `value` as one line of JSON (no newline), terminal-safe.
+pub fn write<W: Write, T: Serialize + ?Sized>(out: W, value: &T) -> serde_json::Result<()> {
+    value.serialize(&mut Serializer::with_formatter(out, TerminalSafeJson))
+}
+
+pub fn to_string<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::new();
+    write(&mut out, value).expect("plain data serializes");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// `value` rendered once, for values repeated on many lines.
+pub fn to_raw<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    RawValue::from_string(to_string(value)).expect("serde_json writes valid JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn del_c1_and_bidi_become_unicode_escapes() {
+        let text = "a\u{7f}b\u{9b}c\u{202e}d\u{2028}e\u{1b}f\"g";
+        let json = to_string(text);
+        assert_eq!(json, r#""a\u007fb\u009bc\u202ed\u2028e\u001bf\"g""#);
+        assert!(json.chars().all(|c| !c.is_control()), "{json:?}");
+        let back: String = serde_json::from_str(&json).expect("parses back");
+        assert_eq!(back, text);
+    }
+}

@@ -1,0 +1,127 @@
+//! Text for a terminal. Everything human-readable gpu-trace writes passes
+//! through `TerminalLines`, which escapes what could move the cursor, set a
+//! window title, hide text or reorder it: C0 and C1 controls, DEL, and the
+//! Unicode bidi and format characters (an RLO in a cgroup name would make
+//! a fix read backwards).
+
+use std::{
+    borrow::Cow,
+    fmt,
+    io::{self, Write},
+};
+
+/// Characters that are not controls yet change how a line is displayed.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{61c}' | '\u{180e}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}')
+}
+
+/// What `escape` rewrites.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control() || is_invisible_format(c)
+}
+
+/// `text` with every control and format character written as an escape
+/// (`\n`, `\t`, `\u{1b}`, `\u{202e}`): one line, shown as it is stored.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Bytes from another process (a path, a command name) as text: valid
+/// UTF-8 as it is, invalid bytes as `\xNN`, controls escaped.
+pub fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&escape(chunk.valid()));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// A writer of human text, line by line: each line is escaped whole before
+/// it is written, so no field of it can reach the terminal raw.
+pub struct TerminalLines<'a, W: Write> {
+    out: &'a mut W,
+}
+
+impl<'a, W: Write> TerminalLines<'a, W> {
+    pub fn new(out: &'a mut W) -> Self {
+        Self { out }
+    }
+
+    /// Writes one line (any newline inside it is escaped) and a newline.
+    pub fn line(&mut self, text: fmt::Arguments<'_>) -> io::Result<()> {
+        let text = match text.as_str() {
+            Some(fixed) => Cow::Borrowed(fixed),
+            None => Cow::Owned(text.to_string()),
+        };
+        self.out.write_all(escape(&text).as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+
+    pub fn blank(&mut self) -> io::Result<()> {
+        self.out.write_all(b"\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hostile text: escape sequences (CSI, OSC title), bidi overrides,
+    /// line and paragraph separators, DEL and a C1 CSI.
+    const HOSTILE: &str =
+        "a\u{1b}[2J\u{1b}]0;pwned\u{7}b\u{202e}c\u{2066}d\u{2028}e\u{7f}f\u{9b}g\rh\ni";
+
+    fn raw_controls(text: &str) -> Vec<char> {
+        text.chars().filter(|&c| needs_escape(c)).collect()
+    }
+
+    #[test]
+    fn escapes_controls_c1_del_and_bidi() {
+        let out = escape(HOSTILE);
+        assert!(raw_controls(&out).is_empty(), "{out:?}");
+        assert_eq!(
+            out,
+            "a\\u{1b}[2J\\u{1b}]0;pwned\\u{7}b\\u{202e}c\\u{2066}d\\u{2028}e\\u{7f}f\\u{9b}g\\rh\\ni"
+        );
+        assert!(matches!(escape("/dev/nvidia-uvm"), Cow::Borrowed(_)));
+        assert_eq!(escape("ünïcödé ok"), "ünïcödé ok");
+    }
+
+    #[test]
+    fn bytes_keep_invalid_utf8_visible() {
+        assert_eq!(printable(b"/x\ty\xff\x1b"), "/x\\ty\\xff\\u{1b}");
+    }
+
+    #[test]
+    fn every_line_is_escaped_whole() {
+        let mut out = Vec::new();
+        let mut lines = TerminalLines::new(&mut out);
+        lines
+            .line(format_args!("label {HOSTILE} end"))
+            .expect("write");
+        lines.line(format_args!("fixed")).expect("write");
+        let text = String::from_utf8(out).expect("UTF-8");
+        assert_eq!(text.lines().count(), 2, "{text:?}");
+        assert!(raw_controls(&text.replace('\n', "")).is_empty(), "{text:?}");
+    }
+}

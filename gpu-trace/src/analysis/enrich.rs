@@ -19,7 +19,7 @@ use crate::{
         access::DeviceAccess,
         container::Container,
         node::{major_owner, node_name, NvidiaNode},
-        record::Record,
+        record::{Record, RecordKind},
         rendered::Rendered,
     },
 };
@@ -113,6 +113,7 @@ impl Enricher {
             node,
             denied_by: None,
             diagnosis: None,
+            kind: RecordKind::Event,
             access,
         }
     }

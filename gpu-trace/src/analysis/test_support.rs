@@ -8,7 +8,7 @@ use crate::{
     model::{
         access::{DeviceAccess, OpenCall, Verdict, VerdictSource},
         node::NvidiaNode,
-        record::Record,
+        record::{Record, RecordKind},
     },
 };
 
@@ -72,6 +72,7 @@ pub fn record(
         node,
         denied_by: None,
         diagnosis: None,
+        kind: RecordKind::Event,
     }
 }
 

@@ -61,7 +61,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let mut flow = Flow {
         pipeline: &mut pipeline,
         filter: args.filter(),
-        folder: Folder::new(args.fold),
+        folder: Folder::new(args.fold, args.budget()),
         sink: &mut sink,
         format: args.format(),
         metrics: metrics.as_ref(),

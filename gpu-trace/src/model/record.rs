@@ -30,4 +30,28 @@ pub struct Record {
     pub denied_by: Option<Rc<Rendered<DeniedBy>>>,
     /// Filled in by the diagnosis stage for problems.
     pub diagnosis: Option<Rc<Diagnosis>>,
+    /// What this record stands for once folding and budgets are applied.
+    pub kind: RecordKind,
+}
+
+/// A written record is one access, a window's repeats of one, or the
+/// problems of one cgroup (or of many) that exceeded the record budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    Event,
+    Repeats,
+    /// `count` problems in `cgroups` cgroups, shown by the last of them.
+    Summary {
+        cgroups: u64,
+    },
+}
+
+impl RecordKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::Event => "event",
+            RecordKind::Repeats => "repeats",
+            RecordKind::Summary { .. } => "summary",
+        }
+    }
 }

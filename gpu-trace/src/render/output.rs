@@ -16,7 +16,7 @@ use crate::{
         access::Verdict,
         container::{Container, Runtime},
         denied_by::DeniedBy,
-        record::Record,
+        record::{Record, RecordKind},
         rendered::Rendered,
     },
     text::{
@@ -66,9 +66,10 @@ pub fn write_human(out: &mut impl Write, record: &Record, indent: &str) -> io::R
 fn human_line(record: &Record) -> String {
     let a = &record.access;
     let time: DateTime<Local> = record.time.into();
-    let verdict = match a.verdict {
-        Verdict::Allowed => "allowed",
-        Verdict::FailedBeforeDeviceCheck => "FAILED ",
+    let verdict = match (record.kind, a.verdict) {
+        (RecordKind::Summary { .. }, _) => "SUMMARY",
+        (_, Verdict::Allowed) => "allowed",
+        (_, Verdict::FailedBeforeDeviceCheck) => "FAILED ",
         _ => "DENIED ",
     };
     let device = if a.device_seen {
@@ -122,6 +123,15 @@ fn human_line(record: &Record) -> String {
             record.count,
             seen(record.first_seen),
             seen(record.last_seen)
+        ));
+    }
+    if let RecordKind::Summary { cgroups } = record.kind {
+        let whose = match cgroups {
+            1 => "this cgroup's problems".to_string(),
+            n => format!("the problems of {n} cgroups"),
+        };
+        line.push_str(&format!(
+            "  ({whose} past this window's record budget, the last shown)"
         ));
     }
     match &record.denied_by {
@@ -178,6 +188,11 @@ fn json_text(bytes: &[u8]) -> (String, Option<String>) {
 #[derive(Serialize)]
 struct JsonRecord<'a> {
     time: String,
+    /// "event", "repeats" or "summary" (see `RecordKind`).
+    kind: &'static str,
+    /// For a summary: how many cgroups it stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary_cgroups: Option<u64>,
     count: u64,
     first_seen: String,
     last_seen: String,
@@ -242,6 +257,11 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             first_seen: same_time(record.first_seen),
             last_seen: same_time(record.last_seen),
             time,
+            kind: record.kind.name(),
+            summary_cgroups: match record.kind {
+                RecordKind::Summary { cgroups } => Some(cgroups),
+                _ => None,
+            },
             count: record.count,
             verdict: a.verdict.name(),
             verdict_source: a.verdict.source(),
@@ -326,6 +346,7 @@ mod tests {
             node: Some(crate::model::node::NvidiaNode::Uvm),
             denied_by: None,
             diagnosis: None,
+            kind: RecordKind::Event,
         }
     }
 

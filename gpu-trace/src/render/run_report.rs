@@ -3,6 +3,7 @@
 
 use std::io::{self, Write};
 
+use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::{
@@ -12,7 +13,7 @@ use crate::{
 };
 
 /// What makes two problems the same one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ProblemKey {
     cgroup_id: u64,
     path: Option<Vec<u8>>,
@@ -36,18 +37,29 @@ impl ProblemKey {
     }
 }
 
+/// Distinct problems listed one by one; a program that fails on ever new
+/// paths must not make the report (or gpu-trace's memory) grow without end.
+const MAX_LISTED: usize = 1_000;
+
 #[derive(Debug, Default)]
 pub struct Report {
     /// First record of each problem, and how many times it happened; in order of first sight.
-    problems: Vec<(ProblemKey, Record, u64)>,
+    problems: Vec<(Record, u64)>,
+    index: FxHashMap<ProblemKey, usize>,
+    /// Accesses of problems beyond `MAX_LISTED`, counted only.
+    unlisted: u64,
 }
 
 impl Report {
     pub fn add(&mut self, record: &Record) {
         let key = ProblemKey::of(record);
-        match self.problems.iter_mut().find(|(k, _, _)| *k == key) {
-            Some((_, _, count)) => *count += 1,
-            None => self.problems.push((key, record.clone(), 1)),
+        if let Some(&i) = self.index.get(&key) {
+            self.problems[i].1 += 1;
+        } else if self.problems.len() < MAX_LISTED {
+            self.index.insert(key, self.problems.len());
+            self.problems.push((record.clone(), 1));
+        } else {
+            self.unlisted += 1;
         }
     }
 
@@ -68,7 +80,7 @@ impl Report {
             "gpu-trace: {n} problem{} with GPU devices:",
             if n == 1 { "" } else { "s" }
         ))?;
-        for (i, (_, record, count)) in self.problems.iter().enumerate() {
+        for (i, (record, count)) in self.problems.iter().enumerate() {
             let a = &record.access;
             let verdict = if a.verdict.is_denied() {
                 "DENIED"
@@ -113,6 +125,12 @@ impl Report {
                 }
             }
         }
+        if self.unlisted > 0 {
+            out.line(format_args!(
+                "  ... and {} more accesses of problems past the first {MAX_LISTED}, not listed one by one",
+                self.unlisted
+            ))?;
+        }
         Ok(())
     }
 
@@ -120,8 +138,13 @@ impl Report {
         let problems: Vec<Value> = self
             .problems
             .iter()
-            .map(|(_, record, count)| json!({ "count": count, "event": record_json(record) }))
+            .map(|(record, count)| json!({ "count": count, "event": record_json(record) }))
             .collect();
-        json!({ "report": { "command": command, "exit_status": exit_status, "problems": problems } })
+        json!({ "report": {
+            "command": command,
+            "exit_status": exit_status,
+            "problems": problems,
+            "unlisted": self.unlisted,
+        } })
     }
 }

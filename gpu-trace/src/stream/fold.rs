@@ -1,12 +1,19 @@
-//! Folding repeats: an application retrying the same denied open in a loop
-//! must not flood the log. The first occurrence is written at once; the
-//! repeats within the window become one record with a count.
+//! Folding repeats and budgets: neither an application retrying the same
+//! denied open in a loop nor a tenant varying its command name, path or
+//! minor with every failed open may flood the log.
+//!
+//! The first occurrence of a problem is written at once; its repeats within
+//! the window become one record with a count. Each window has a budget of
+//! first occurrences, per cgroup and in all; past it, a cgroup's problems
+//! become one summary record per window. Every written record carries the
+//! exact number of accesses it stands for, so the sum of `count` over the
+//! log is the number of problems the kernel reported.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::model::record::Record;
+use crate::model::record::{Record, RecordKind};
 
 /// What makes two denials "the same": cgroup, device, access and command.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -23,22 +30,100 @@ struct Pending {
     window_started: Instant,
 }
 
-pub struct Folder {
-    window: Duration,
-    pending: FxHashMap<FoldKey, Pending>,
+/// Records written at once per window: first occurrences, per cgroup and
+/// in all. 0 means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub per_cgroup: u32,
+    pub total: u32,
 }
 
+impl Budget {
+    pub const UNLIMITED: Budget = Budget {
+        per_cgroup: 0,
+        total: 0,
+    };
+
+    fn allows(limit: u32, spent: u32) -> bool {
+        limit == 0 || spent < limit
+    }
+}
+
+/// Problems beyond the budget, waiting for the end of the window.
+struct Summary {
+    /// The last of them, written with the count.
+    last: Record,
+    count: u64,
+    first_seen: SystemTime,
+    cgroups: u64,
+}
+
+impl Summary {
+    fn new(record: Record, cgroups: u64) -> Self {
+        Self {
+            count: record.count,
+            first_seen: record.first_seen,
+            last: record,
+            cgroups,
+        }
+    }
+
+    fn add(&mut self, record: Record) {
+        self.count += record.count;
+        self.last = record;
+    }
+
+    fn into_record(self) -> Record {
+        let mut record = self.last;
+        record.count = self.count;
+        record.first_seen = self.first_seen;
+        record.last_seen = record.time;
+        record.kind = RecordKind::Summary {
+            cgroups: self.cgroups,
+        };
+        record
+    }
+}
+
+pub struct Folder {
+    window: Duration,
+    budget: Budget,
+    pending: FxHashMap<FoldKey, Pending>,
+    /// Where the budget's window started, and what it has spent.
+    budget_window: Instant,
+    spent_total: u32,
+    spent_by_cgroup: FxHashMap<u64, u32>,
+    summaries: FxHashMap<u64, Summary>,
+    /// Problems of cgroups beyond the cap on summaries: one record for all,
+    /// and which cgroups it holds (counted up to `MAX_COUNTED_CGROUPS`).
+    overflow: Option<Summary>,
+    overflow_cgroups: FxHashSet<u64>,
+}
+
+/// Bounds on what one window may hold, whatever the budget: folds waiting
+/// for repeats, and cgroups with a summary of their own.
+const MAX_PENDING: usize = 65_536;
+const MAX_SUMMARIES: usize = 1_024;
+const MAX_COUNTED_CGROUPS: usize = 65_536;
+
 impl Folder {
-    /// A zero window disables folding.
-    pub fn new(window: Duration) -> Self {
+    /// A zero window disables folding and budgets.
+    pub fn new(window: Duration, budget: Budget) -> Self {
         Self {
             window,
+            budget,
             pending: FxHashMap::default(),
+            budget_window: Instant::now(),
+            spent_total: 0,
+            spent_by_cgroup: FxHashMap::default(),
+            summaries: FxHashMap::default(),
+            overflow: None,
+            overflow_cgroups: FxHashSet::default(),
         }
     }
 
     /// Takes one record; returns it when it must be written now (a first
-    /// occurrence, or anything that is not a problem).
+    /// occurrence within budget, or anything that is not a problem).
     pub fn admit(&mut self, record: Record) -> Option<Record> {
         if self.window.is_zero() || !record.access.verdict.is_problem() {
             return Some(record);
@@ -50,32 +135,57 @@ impl Folder {
             access: a.access,
             comm: a.comm.clone(),
         };
-        match self.pending.get_mut(&key) {
-            None => {
-                self.pending.insert(
-                    key,
-                    Pending {
-                        latest: None,
-                        window_started: Instant::now(),
-                    },
-                );
-                Some(record)
-            }
-            Some(pending) => {
-                match &mut pending.latest {
-                    Some(folded) => {
-                        folded.count += 1;
-                        folded.last_seen = record.time;
-                    }
-                    None => pending.latest = Some(record),
+        if let Some(pending) = self.pending.get_mut(&key) {
+            match &mut pending.latest {
+                Some(folded) => {
+                    folded.count += record.count;
+                    folded.last_seen = record.time;
                 }
-                None
+                None => pending.latest = Some(record),
+            }
+            return None;
+        }
+        let cgroup_id = key.cgroup_id;
+        let spent = self.spent_by_cgroup.get(&cgroup_id).copied().unwrap_or(0);
+        let within = Budget::allows(self.budget.total, self.spent_total)
+            && Budget::allows(self.budget.per_cgroup, spent)
+            && self.pending.len() < MAX_PENDING;
+        if !within {
+            self.summarize(record);
+            return None;
+        }
+        self.spent_total += 1;
+        self.spent_by_cgroup.insert(cgroup_id, spent + 1);
+        self.pending.insert(
+            key,
+            Pending {
+                latest: None,
+                window_started: Instant::now(),
+            },
+        );
+        Some(record)
+    }
+
+    fn summarize(&mut self, record: Record) {
+        let cgroup_id = record.access.cgroup_id;
+        if let Some(summary) = self.summaries.get_mut(&cgroup_id) {
+            summary.add(record);
+        } else if self.summaries.len() < MAX_SUMMARIES {
+            self.summaries.insert(cgroup_id, Summary::new(record, 1));
+        } else {
+            if self.overflow_cgroups.len() < MAX_COUNTED_CGROUPS {
+                self.overflow_cgroups.insert(cgroup_id);
+            }
+            match &mut self.overflow {
+                Some(all) => all.add(record),
+                None => self.overflow = Some(Summary::new(record, 1)),
             }
         }
     }
 
-    /// Folded records whose window has closed (all of them with `everything`,
-    /// at shutdown). A key that saw no repeat is forgotten, so its next
+    /// Folded records whose window has closed, and the summaries of a
+    /// budget window that has closed (all of them with `everything`, at
+    /// shutdown). A key that saw no repeat is forgotten, so its next
     /// occurrence is written at once again.
     pub fn due(&mut self, everything: bool) -> Vec<Record> {
         let window = self.window;
@@ -85,7 +195,8 @@ impl Folder {
                 return true;
             }
             match pending.latest.take() {
-                Some(folded) => {
+                Some(mut folded) => {
+                    folded.kind = RecordKind::Repeats;
                     out.push(folded);
                     pending.window_started = Instant::now();
                     !everything
@@ -93,6 +204,17 @@ impl Folder {
                 None => false,
             }
         });
+        if everything || self.budget_window.elapsed() >= window {
+            self.budget_window = Instant::now();
+            self.spent_total = 0;
+            self.spent_by_cgroup.clear();
+            out.extend(self.summaries.drain().map(|(_, s)| s.into_record()));
+            if let Some(mut all) = self.overflow.take() {
+                all.cgroups = self.overflow_cgroups.len() as u64;
+                self.overflow_cgroups.clear();
+                out.push(all.into_record());
+            }
+        }
         out.sort_by_key(|r| r.first_seen);
         out
     }
@@ -160,12 +282,13 @@ mod tests {
             node: None,
             denied_by: None,
             diagnosis: None,
+            kind: RecordKind::Event,
         }
     }
 
     #[test]
     fn first_occurrence_at_once_repeats_folded_with_exact_counts() {
-        let mut folder = Folder::new(Duration::from_secs(3600));
+        let mut folder = Folder::new(Duration::from_secs(3600), Budget::UNLIMITED);
         assert!(
             folder.admit(denial(b"python3", 1)).is_some(),
             "the first is written at once"
@@ -193,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_quiet_window_forgets_the_key() {
-        let mut folder = Folder::new(Duration::from_millis(1));
+        let mut folder = Folder::new(Duration::from_millis(1), Budget::UNLIMITED);
         assert!(folder.admit(denial(b"a", 1)).is_some());
         std::thread::sleep(Duration::from_millis(5));
         assert!(folder.due(false).is_empty(), "nothing was repeated");
@@ -205,9 +328,95 @@ mod tests {
 
     #[test]
     fn zero_window_writes_everything() {
-        let mut folder = Folder::new(Duration::ZERO);
+        let mut folder = Folder::new(
+            Duration::ZERO,
+            Budget {
+                per_cgroup: 1,
+                total: 1,
+            },
+        );
         assert!(folder.admit(denial(b"a", 1)).is_some());
         assert!(folder.admit(denial(b"a", 1)).is_some());
+    }
+
+    /// Sum of `count` over what was written, and how many records.
+    fn written(records: &[Record]) -> (u64, usize) {
+        (records.iter().map(|r| r.count).sum(), records.len())
+    }
+
+    #[test]
+    fn a_flood_of_distinct_commands_is_bounded_and_counted_exactly() {
+        let budget = Budget {
+            per_cgroup: 10,
+            total: 25,
+        };
+        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        let mut out = Vec::new();
+        // Three cgroups, 20 000 distinct command names each.
+        for cgroup in [7, 8, 9] {
+            for n in 0..20_000u32 {
+                let mut r = denial(format!("c{n}").as_bytes(), 1);
+                r.access.cgroup_id = cgroup;
+                out.extend(folder.admit(r));
+            }
+        }
+        assert_eq!(out.len(), 25, "10 + 10 + 5 first occurrences");
+        out.extend(folder.due(true));
+        let summaries: Vec<_> = out
+            .iter()
+            .filter(|r| matches!(r.kind, RecordKind::Summary { .. }))
+            .collect();
+        assert_eq!(summaries.len(), 3, "one summary per cgroup");
+        assert_eq!(written(&out), (60_000, 28));
+        let of_9 = summaries
+            .iter()
+            .find(|r| r.access.cgroup_id == 9)
+            .expect("cgroup 9's summary");
+        assert_eq!(of_9.count, 19_995);
+    }
+
+    #[test]
+    fn the_summaries_of_many_cgroups_are_capped_too() {
+        let budget = Budget {
+            per_cgroup: 1,
+            total: 1,
+        };
+        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        let mut out = Vec::new();
+        let cgroups = MAX_SUMMARIES as u64 + 500;
+        for cgroup in 0..cgroups {
+            let mut r = denial(b"x", 1);
+            r.access.cgroup_id = cgroup;
+            out.extend(folder.admit(r));
+        }
+        out.extend(folder.due(true));
+        assert_eq!(written(&out), (cgroups, 1 + MAX_SUMMARIES + 1));
+        let last = out
+            .iter()
+            .map(|r| r.kind)
+            .find(|k| matches!(k, RecordKind::Summary { cgroups } if *cgroups > 1));
+        assert_eq!(
+            last,
+            Some(RecordKind::Summary {
+                cgroups: cgroups - 1 - MAX_SUMMARIES as u64
+            })
+        );
+    }
+
+    #[test]
+    fn the_budget_is_renewed_each_window() {
+        let budget = Budget {
+            per_cgroup: 1,
+            total: 0,
+        };
+        let mut folder = Folder::new(Duration::from_millis(1), budget);
+        assert!(folder.admit(denial(b"a", 1)).is_some());
+        assert!(folder.admit(denial(b"b", 1)).is_none(), "over budget");
+        std::thread::sleep(Duration::from_millis(5));
+        let due = folder.due(false);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].kind, RecordKind::Summary { cgroups: 1 });
+        assert!(folder.admit(denial(b"c", 2)).is_some(), "a new window");
     }
 
     #[test]

@@ -110,6 +110,10 @@ pub struct WatchArgs {
     /// They count every event, whatever the filters below show.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// At most N series of gpu_trace_denied_total (one per container, device and
+    /// access); denials beyond them count under the label value "other".
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub metrics_series: u32,
     /// Also show allowed accesses to watched devices.
     #[arg(short, long)]
     pub all: bool,

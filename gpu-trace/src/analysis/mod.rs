@@ -9,4 +9,4 @@ pub mod enrich;
 pub mod pipeline;
 pub mod policy_source;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;

@@ -57,7 +57,9 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let mut pipeline = Pipeline::new(cgroups, majors);
 
     let runtime = event_loop_runtime()?;
-    let metrics = args.metrics.map(|_| Metrics::new(tracer.hooks()));
+    let metrics = args
+        .metrics
+        .map(|_| Metrics::new(tracer.hooks(), args.metrics_series as usize));
     let mut flow = Flow {
         pipeline: &mut pipeline,
         filter: args.filter(),

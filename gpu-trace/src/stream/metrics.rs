@@ -1,8 +1,15 @@
 //! `watch --metrics ADDR`: counters for Prometheus, in the OpenMetrics text
-//! format, over HTTP. prometheus-client (the Prometheus project's Rust
+//! format, over HTTP. The label sets tenants can vary are capped
+//! (`--metrics-series`). prometheus-client (the Prometheus project's Rust
 //! client) renders them; axum serves them.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
 
 use anyhow::Context;
 use axum::{http::header, response::IntoResponse, routing::get, Router};
@@ -34,15 +41,34 @@ struct BuildLabels {
     commit: String,
 }
 
+impl DeniedLabels {
+    /// Where denials go once `max_series` label sets exist.
+    fn other() -> Self {
+        let other = || "other".to_string();
+        Self {
+            container: other(),
+            device: other(),
+            major: other(),
+            minor: other(),
+            access: other(),
+        }
+    }
+}
+
 pub struct Metrics {
     denied: Family<DeniedLabels, Counter>,
+    /// Label sets of `denied` a tenant may create (containers, minors):
+    /// beyond it, denials count under `other`, so the sum stays exact.
+    max_series: usize,
+    /// Label sets of `denied` made so far (Family does not say).
+    series: AtomicUsize,
     events: Counter,
     lost: Counter,
     registry: Arc<Registry>,
 }
 
 impl Metrics {
-    pub fn new(hooks: &[Hook]) -> Self {
+    pub fn new(hooks: &[Hook], max_series: usize) -> Self {
         let mut registry = Registry::default();
         let denied = Family::<DeniedLabels, Counter>::default();
         registry.register(
@@ -89,6 +115,8 @@ impl Metrics {
             .set(1);
         Self {
             denied,
+            max_series,
+            series: AtomicUsize::new(0),
             events,
             lost,
             registry: Arc::new(registry),
@@ -106,7 +134,14 @@ impl Metrics {
                 minor: a.minor.to_string(),
                 access: a.access_letters(),
             };
-            self.denied.get_or_create(&labels).inc();
+            if let Some(series) = self.denied.get(&labels) {
+                series.inc();
+            } else if self.series.load(Ordering::Relaxed) < self.max_series {
+                self.series.fetch_add(1, Ordering::Relaxed);
+                self.denied.get_or_create(&labels).inc();
+            } else {
+                self.denied.get_or_create(&DeniedLabels::other()).inc();
+            }
         }
     }
 
@@ -146,5 +181,50 @@ impl Metrics {
             let _ = axum::serve(listener, app).await;
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{analysis::test_support::record, model::access::Verdict};
+
+    #[test]
+    fn tenant_chosen_minors_cannot_grow_the_series_without_end() {
+        let metrics = Metrics::new(&[], 3);
+        for minor in 0..10 {
+            let r = record(
+                "/lxc/200",
+                "/dev/nvidia-uvm",
+                509,
+                minor,
+                Verdict::DeniedByBpfPolicy,
+                -1,
+            );
+            metrics.observe(&r);
+        }
+        let mut text = String::new();
+        encode(&mut text, &metrics.registry).expect("encodes");
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("gpu_trace_denied_total{"))
+            .collect();
+        assert_eq!(series.len(), 4, "three and other: {text}");
+        let sum: u64 = series
+            .iter()
+            .map(|l| {
+                l.rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .expect("a count")
+            })
+            .sum();
+        assert_eq!(sum, 10);
+        assert!(
+            series
+                .iter()
+                .any(|l| l.contains("minor=\"other\"") && l.ends_with(" 7")),
+            "{text}"
+        );
     }
 }

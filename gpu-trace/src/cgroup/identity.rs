@@ -1,16 +1,28 @@
-//! Which container a cgroup belongs to, from its path alone: no runtime
-//! socket needed. Names come from the runtimes' own files when readable.
+//! Which container a cgroup belongs to, from its path: no runtime socket
+//! needed. Names come from the runtimes' own files when readable.
+//!
+//! A path is a claim anyone with a delegated subtree can make: a user can
+//! create `user@1000.service/docker-<victim's id>.scope`. So a runtime's
+//! pattern counts only where that runtime could have made the cgroup: in
+//! a directory owned by root (not below one handed to another owner), and
+//! with the id format the runtime uses.
 
-use std::fs;
+use std::{fs, os::unix::fs::MetadataExt, path::PathBuf};
 
-use crate::model::container::{Container, Runtime};
+use crate::{
+    host::mountinfo::cgroup2_mount,
+    model::container::{Container, Runtime},
+};
 
 /// Where runtimes keep what names their containers; a root other than "/"
 /// lets tests use a fake tree.
 #[derive(Debug, Clone)]
 pub struct NameSources {
-    pub pve_lxc_dir: std::path::PathBuf,
-    pub docker_containers_dir: std::path::PathBuf,
+    pub pve_lxc_dir: PathBuf,
+    pub docker_containers_dir: PathBuf,
+    /// The cgroup2 mount, whose directories' owners tell a runtime's
+    /// cgroups from a delegated user's; None checks no owner.
+    pub cgroup2_mount: Option<PathBuf>,
 }
 
 impl Default for NameSources {
@@ -18,6 +30,7 @@ impl Default for NameSources {
         Self {
             pve_lxc_dir: "/etc/pve/lxc".into(),
             docker_containers_dir: "/var/lib/docker/containers".into(),
+            cgroup2_mount: cgroup2_mount().ok().flatten(),
         }
     }
 }
@@ -28,9 +41,10 @@ impl Default for NameSources {
 /// (a service inside an LXC container belongs to that container).
 pub fn identify(cgroup: &str, names: &NameSources) -> Container {
     let components: Vec<&str> = cgroup.split('/').filter(|c| !c.is_empty()).collect();
+    let trusted = root_made_depth(names, &components);
     let mut container = None;
     let mut unit = None;
-    for (depth, component) in components.iter().enumerate() {
+    for (depth, component) in components.iter().enumerate().take(trusted) {
         let prefix = format!("/{}", components[..=depth].join("/"));
         let parent = depth.checked_sub(1).map(|d| components[d]);
         match match_component(component, parent, &components[..depth]) {
@@ -64,6 +78,24 @@ pub fn identify(cgroup: &str, names: &NameSources) -> Container {
     }
 }
 
+/// How many leading components of the path root made: a component counts
+/// when the directory it sits in is owned by root. Below a directory owned
+/// by anyone else (a delegated subtree), its owner could have made any
+/// name. A directory already gone is no evidence either way.
+fn root_made_depth(names: &NameSources, components: &[&str]) -> usize {
+    let Some(mount) = &names.cgroup2_mount else {
+        return components.len();
+    };
+    let mut dir = mount.clone();
+    for (depth, component) in components.iter().enumerate() {
+        if fs::metadata(&dir).is_ok_and(|m| m.uid() != 0) {
+            return depth;
+        }
+        dir.push(component);
+    }
+    components.len()
+}
+
 type Hit = (Runtime, String, Option<String>);
 
 fn match_component(component: &str, parent: Option<&str>, ancestors: &[&str]) -> Option<Hit> {
@@ -76,42 +108,33 @@ fn match_component(component: &str, parent: Option<&str>, ancestors: &[&str]) ->
     if parent == Some("lxc") && ancestors.len() == 1 {
         return hit(Runtime::Lxc, component);
     }
-    if let Some(id) = component
-        .strip_prefix("docker-")
-        .and_then(|r| r.strip_suffix(".scope"))
-    {
+    // The monitors (crio-conmon-ID.scope, libpod-conmon-ID.scope) fail
+    // the id format and are not containers.
+    let scope_id = |prefix: &str| {
+        component
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(".scope"))
+            .filter(|id| is_full_container_id(id))
+    };
+    if let Some(id) = scope_id("docker-") {
         return hit(Runtime::Docker, id);
     }
-    if parent == Some("docker") && is_container_id(component) {
+    if parent == Some("docker") && is_full_container_id(component) {
         return hit(Runtime::Docker, component);
     }
-    if let Some(id) = component
-        .strip_prefix("cri-containerd-")
-        .and_then(|r| r.strip_suffix(".scope"))
-    {
+    if let Some(id) = scope_id("cri-containerd-") {
         return hit(Runtime::Containerd, id);
     }
-    if let Some(id) = component
-        .strip_prefix("crio-")
-        .and_then(|r| r.strip_suffix(".scope"))
-    {
-        // crio-conmon-ID.scope is the monitor.
-        if !id.starts_with("conmon-") {
-            return hit(Runtime::Crio, id);
-        }
+    if let Some(id) = scope_id("crio-") {
+        return hit(Runtime::Crio, id);
     }
-    if let Some(id) = component
-        .strip_prefix("libpod-")
-        .and_then(|r| r.strip_suffix(".scope"))
-    {
-        if !id.starts_with("conmon-") {
-            return hit(Runtime::Podman, id);
-        }
+    if let Some(id) = scope_id("libpod-") {
+        return hit(Runtime::Podman, id);
     }
     // cgroupfs-driver Kubernetes: kubepods/burstable/pod<UID>/<ID>.
     if parent.is_some_and(|p| p.starts_with("pod"))
         && ancestors.iter().any(|a| a.starts_with("kubepods"))
-        && is_container_id(component)
+        && is_full_container_id(component)
     {
         return hit(Runtime::Containerd, component);
     }
@@ -121,8 +144,12 @@ fn match_component(component: &str, parent: Option<&str>, ancestors: &[&str]) ->
     None
 }
 
-fn is_container_id(text: &str) -> bool {
-    text.len() >= 12 && text.bytes().all(|b| b.is_ascii_hexdigit())
+/// The ids Docker, containerd, CRI-O and podman give: 64 lowercase hex digits.
+fn is_full_container_id(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The pod UID of Kubernetes paths: kubepods-burstable-pod<UID>.slice (systemd
@@ -210,7 +237,9 @@ pub fn matches(container: &Container, query: &str) -> bool {
     }
     container.id == query
         || container.name.as_deref() == Some(query)
-        || (query.len() >= 4 && is_container_id(&container.id) && container.id.starts_with(query))
+        || (query.len() >= 4
+            && is_full_container_id(&container.id)
+            && container.id.starts_with(query))
 }
 
 #[cfg(test)]
@@ -226,6 +255,7 @@ mod tests {
             &NameSources {
                 pve_lxc_dir: "/nonexistent".into(),
                 docker_containers_dir: "/nonexistent".into(),
+                cgroup2_mount: None,
             },
         )
     }
@@ -320,6 +350,7 @@ mod tests {
         let names = NameSources {
             pve_lxc_dir: pve,
             docker_containers_dir: docker,
+            cgroup2_mount: None,
         };
 
         let ct = identify("/lxc/200/ns", &names);
@@ -347,6 +378,52 @@ mod tests {
         assert!(
             !matches(&id_of("/user.slice"), "/user.slice"),
             "plain cgroups are not containers"
+        );
+    }
+
+    #[test]
+    fn ids_must_have_the_runtimes_format() {
+        for path in [
+            "/system.slice/docker-abc.scope",
+            "/system.slice/docker-$(id).scope",
+            &format!("/system.slice/docker-{}.scope", DOCKER_ID.to_uppercase()),
+            &format!("/docker/{}", &DOCKER_ID[..12]),
+            &format!("/machine.slice/libpod-conmon-{DOCKER_ID}.scope"),
+        ] {
+            assert_eq!(id_of(path).runtime, Runtime::Cgroup, "{path}");
+        }
+    }
+
+    #[test]
+    fn runtime_names_inside_a_delegated_subtree_are_plain_cgroups() {
+        let mount = tempfile::tempdir().expect("temp dir");
+        let delegated = mount
+            .path()
+            .join("user.slice/user-1000.slice/user@1000.service");
+        let fake = format!("docker-{DOCKER_ID}.scope");
+        fs::create_dir_all(delegated.join(&fake)).expect("make tree");
+        fs::create_dir_all(mount.path().join("system.slice").join(&fake)).expect("make tree");
+        // systemd delegates by handing the unit's directory to the user.
+        std::os::unix::fs::chown(&delegated, Some(1000), Some(1000)).expect("chown");
+        let names = NameSources {
+            pve_lxc_dir: "/nonexistent".into(),
+            docker_containers_dir: "/nonexistent".into(),
+            cgroup2_mount: Some(mount.path().to_path_buf()),
+        };
+        let attacker = identify(
+            &format!("/user.slice/user-1000.slice/user@1000.service/{fake}"),
+            &names,
+        );
+        assert_eq!(
+            (attacker.runtime, attacker.id.as_str()),
+            (Runtime::Systemd, "user@1000.service"),
+            "the delegated unit, not the victim's container"
+        );
+        assert!(!matches(&attacker, &DOCKER_ID[..12]));
+        let victim = identify(&format!("/system.slice/{fake}"), &names);
+        assert_eq!(
+            (victim.runtime, victim.id.as_str()),
+            (Runtime::Docker, DOCKER_ID)
         );
     }
 }

@@ -448,7 +448,10 @@ pub fn allow_device(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::test_support::{assert_paste_safe, record, PROC_DEVICES};
+    use crate::{
+        analysis::test_support::{record, PROC_DEVICES},
+        scenario::pasted::assert_paste_safe,
+    };
 
     fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
         d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)

@@ -7,6 +7,7 @@ use std::{
     collections::HashMap,
     fs::File,
     path::{Path, PathBuf},
+    rc::Rc,
 };
 
 use anyhow::Context;
@@ -14,7 +15,10 @@ use gpu_trace_common::program;
 use gpu_trace_policy::{combined_answer, Answer, DeviceQuery, Insn};
 use serde::Serialize;
 
-use crate::kernel::bpf_sys::{device_programs, dump_program, ProgramDump};
+use crate::kernel::{
+    bpf_sys::{device_programs, dump_program},
+    own_programs::held_by_gpu_trace,
+};
 
 /// One device program in force on a cgroup.
 #[derive(Debug, Clone, Serialize)]
@@ -26,9 +30,10 @@ pub struct PolicyProgram {
     pub attached_at: String,
     /// Attach flags of that cgroup: "multi", "override" or "exclusive".
     pub attach_mode: &'static str,
-    /// Its translated instructions, as the kernel hands them out.
+    /// Its translated instructions, as the kernel hands them out; shared
+    /// by every cgroup the program governs.
     #[serde(skip)]
-    pub insns: Vec<Insn>,
+    pub insns: Rc<[Insn]>,
 }
 
 impl PolicyProgram {
@@ -51,14 +56,50 @@ pub struct CgroupPolicy {
     pub programs: Vec<PolicyProgram>,
 }
 
-/// Translated instructions by program id: a program's id never names
-/// another program while it lives, and its instructions never change.
+/// Device programs by id, None for gpu-trace's own: a program's id never
+/// names another program while it lives, and its instructions never
+/// change. Bounded: programs of containers long gone are dropped with
+/// the rest when it fills.
 #[derive(Debug, Default)]
-pub struct ProgramCache(HashMap<u32, ProgramDump>);
+pub struct ProgramCache(HashMap<u32, Option<CachedProgram>>);
+
+#[derive(Debug, Clone)]
+struct CachedProgram {
+    name: String,
+    tag: String,
+    insns: Rc<[Insn]>,
+}
+
+const PROGRAM_CACHE_LIMIT: usize = 4_096;
+
+impl ProgramCache {
+    /// The program, read once; None when it is ours or was unloaded.
+    fn get(&mut self, id: u32) -> Option<CachedProgram> {
+        if let Some(known) = self.0.get(&id) {
+            return known.clone();
+        }
+        let dump = dump_program(id).ok()?; // unloaded meanwhile: not cached
+                                           // The name alone proves nothing (any root program can take it); a
+                                           // gpu-trace holding it does. The selftest's scratch policy is held
+                                           // by gpu-trace too, but is a policy: the name tells those apart.
+        let ours = dump.name.starts_with(program::OBSERVER) && held_by_gpu_trace(id);
+        let program = (!ours).then(|| CachedProgram {
+            name: dump.name,
+            tag: dump.tag,
+            insns: dump.insns.into(),
+        });
+        if self.0.len() >= PROGRAM_CACHE_LIMIT {
+            self.0.clear();
+        }
+        self.0.insert(id, program.clone());
+        program
+    }
+}
 
 impl CgroupPolicy {
     /// Reads the policy of `cgroup` (relative to `mount`). gpu-trace's own
-    /// observers are left out: they allow everything by construction.
+    /// observers are left out (see own_programs.rs): they allow everything
+    /// by construction.
     pub fn read(mount: &Path, cgroup: &Path, cache: &mut ProgramCache) -> anyhow::Result<Self> {
         let relative = Path::new("/").join(cgroup.strip_prefix("/").unwrap_or(cgroup));
         let dir = mount.join(relative.strip_prefix("/").expect("made absolute above"));
@@ -67,17 +108,7 @@ impl CgroupPolicy {
         let where_attached = attachment_levels(mount, &relative)?;
         let mut programs = Vec::new();
         for id in effective.program_ids {
-            let dump = match cache.0.get(&id) {
-                Some(dump) => dump.clone(),
-                None => {
-                    let Ok(dump) = dump_program(id) else { continue }; // unloaded meanwhile
-                    cache.0.insert(id, dump.clone());
-                    dump
-                }
-            };
-            if dump.name == program::OBSERVER {
-                continue;
-            }
+            let Some(dump) = cache.get(id) else { continue };
             let (attached_at, flags) = where_attached
                 .get(&id)
                 .cloned()
@@ -98,7 +129,7 @@ impl CgroupPolicy {
     }
 
     pub fn answer(&self, query: &DeviceQuery) -> Answer {
-        combined_answer(self.programs.iter().map(|p| p.insns.as_slice()), query)
+        combined_answer(self.programs.iter().map(|p| &*p.insns), query)
     }
 }
 

@@ -3,6 +3,8 @@
 //! process inside the cgroup that opens them. Used by `selftest` and by the
 //! kernel tests. Every piece removes itself on drop.
 
+pub mod pasted;
+
 use std::{
     fs::{self, File},
     io::Write,
@@ -248,6 +250,19 @@ pub enum ProbeOp {
     },
     /// Wait until this file exists (lets a test change a policy mid-run).
     WaitFor { path: PathBuf },
+    /// Become this user and group, with no supplementary groups: a tenant.
+    BecomeUser { uid: u32 },
+    /// Make a cgroup of this name below the probe's own and move into it,
+    /// as a tenant with a delegated subtree may.
+    EnterNewCgroup { name: String },
+    /// Open `path` `count` times, under a new command name each time
+    /// (PR_SET_NAME), as a tenant evading folding would; the result is how
+    /// many opens failed with EPERM.
+    OpenUnderNewNames {
+        path: PathBuf,
+        mode: OpenMode,
+        count: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,6 +309,11 @@ impl ProbeOp {
                 format!("mknod:{major}:{minor}:{}", path.display())
             }
             ProbeOp::WaitFor { path } => format!("wait-for:{}", path.display()),
+            ProbeOp::BecomeUser { uid } => format!("user:{uid}"),
+            ProbeOp::EnterNewCgroup { name } => format!("cgroup:{name}"),
+            ProbeOp::OpenUnderNewNames { path, mode, count } => {
+                format!("open-renamed:{count}:{}:{}", mode.text(), path.display())
+            }
         }
     }
 
@@ -316,6 +336,17 @@ impl ProbeOp {
                 ProbeOp::Mknod { path, major, minor }
             }
             "wait-for" => ProbeOp::WaitFor { path: rest.into() },
+            "user" => ProbeOp::BecomeUser {
+                uid: rest.parse().map_err(|_| bad())?,
+            },
+            "cgroup" => ProbeOp::EnterNewCgroup { name: rest.into() },
+            "open-renamed" => {
+                let mut parts = rest.splitn(3, ':');
+                let count = parts.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+                let mode = parts.next().and_then(OpenMode::parse).ok_or_else(bad)?;
+                let path = parts.next().ok_or_else(bad)?.into();
+                ProbeOp::OpenUnderNewNames { path, mode, count }
+            }
             _ => return Err(bad()),
         })
     }
@@ -323,6 +354,20 @@ impl ProbeOp {
     /// Does it, returning 0 or the errno.
     pub fn perform(&self) -> i32 {
         let result = match self {
+            ProbeOp::BecomeUser { uid } => become_user(*uid),
+            ProbeOp::EnterNewCgroup { name } => enter_new_cgroup(name),
+            ProbeOp::OpenUnderNewNames { path, mode, count } => {
+                return (0..*count)
+                    .map(|n| {
+                        set_comm(&format!("t{n}"));
+                        let open = ProbeOp::Open {
+                            path: path.clone(),
+                            mode: *mode,
+                        };
+                        i32::from(open.perform() == libc::EPERM)
+                    })
+                    .sum();
+            }
             ProbeOp::Open { path, mode } => nix::fcntl::open(
                 path,
                 mode.flag() | nix::fcntl::OFlag::O_CLOEXEC,
@@ -360,6 +405,32 @@ impl ProbeOp {
             Err(errno) => errno as i32,
         }
     }
+}
+
+fn become_user(uid: u32) -> nix::Result<()> {
+    use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
+    setgroups(&[])?;
+    setgid(Gid::from_raw(uid))?;
+    setuid(Uid::from_raw(uid))
+}
+
+/// mkdir `<own cgroup>/name`, then write "0" to its cgroup.procs.
+fn enter_new_cgroup(name: &str) -> nix::Result<()> {
+    let io = |e: std::io::Error| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let mount = crate::host::mountinfo::cgroup2_mount()
+        .map_err(io)?
+        .ok_or(nix::errno::Errno::ENOENT)?;
+    let own = crate::cgroup::target::cgroup_of_pid(std::process::id())
+        .map_err(|_| nix::errno::Errno::ENOENT)?;
+    let dir = mount.join(own.strip_prefix("/").unwrap_or(&own)).join(name);
+    fs::create_dir(&dir).map_err(io)?;
+    fs::write(dir.join("cgroup.procs"), "0").map_err(io)
+}
+
+fn set_comm(name: &str) {
+    let name = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of up to 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
 }
 
 /// How long a `wait-for` operation waits before giving up with ETIMEDOUT.
@@ -433,9 +504,7 @@ pub fn probe_main(args: &[String]) -> anyhow::Result<()> {
         .iter()
         .map(|a| ProbeOp::parse_arg(a))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let name = std::ffi::CString::new(PROBE_COMM).expect("no NUL");
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of up to 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    set_comm(PROBE_COMM);
     let mut out = std::io::stdout().lock();
     for op in &ops {
         writeln!(out, "{}", op.perform())?;

@@ -158,6 +158,11 @@ impl Watcher {
         );
     }
 
+    /// Every line on stdout so far, as written.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lines lock").clone()
+    }
+
     /// JSON events on stdout so far whose pid is `pid`.
     pub fn events_of(&self, pid: u32) -> Vec<Value> {
         self.lines

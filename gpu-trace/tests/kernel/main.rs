@@ -10,6 +10,7 @@ mod audit;
 mod common;
 mod device_hook_only;
 mod hooks;
+mod hostile;
 mod lxc;
 mod policy;
 mod run;

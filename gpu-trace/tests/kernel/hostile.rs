@@ -1,0 +1,389 @@
+//! A tenant attacking the host through gpu-trace: each attack runs as an
+//! unprivileged user (uid 65534), in a cgroup it was handed the way
+//! systemd delegates (the directory and its cgroup.procs chowned to it),
+//! or in a cgroup root gave a name the tenant chose (a privileged LXC
+//! container's). Asserts on what gpu-trace writes.
+
+use std::{
+    fs,
+    os::unix::fs::{chown, PermissionsExt},
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::Duration,
+};
+
+use gpu_trace::{
+    kernel::bpf_sys::{attach_device_program, load_device_program},
+    scenario::{
+        denylist_program,
+        pasted::{assert_paste_safe, MARKER},
+        run_probe_in, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup,
+    },
+    text::terminal::needs_escape,
+};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use serde_json::Value;
+
+use crate::common::*;
+
+/// The tenant: nobody.
+const TENANT: u32 = 65534;
+/// A Docker id a tenant would like to be taken for.
+const VICTIM_ID: &str = "5ac1e7d2b3a4f5061728394a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8";
+
+/// A cgroup below a scratch cgroup, removed (after its processes) on drop.
+struct ChildCgroup(PathBuf);
+
+impl ChildCgroup {
+    fn create(parent: &ScratchCgroup, name: &str) -> Self {
+        let path = parent.path().join(name);
+        fs::create_dir(&path).expect("make child cgroup");
+        Self(path)
+    }
+
+    /// Hands the cgroup to `uid` as systemd does with Delegate=yes.
+    fn delegate_to(&self, uid: u32) {
+        for file in [
+            "",
+            "cgroup.procs",
+            "cgroup.threads",
+            "cgroup.subtree_control",
+        ] {
+            chown(self.0.join(file), Some(uid), Some(uid)).expect("chown for delegation");
+        }
+    }
+}
+
+impl Drop for ChildCgroup {
+    fn drop(&mut self) {
+        // Children the tenant made first, deepest first.
+        let mut dirs = vec![self.0.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if let Ok(entries) = fs::read_dir(&dirs[i]) {
+                dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+            i += 1;
+        }
+        for dir in dirs.iter().rev() {
+            let _ = fs::write(dir.join("cgroup.kill"), "1");
+            for _ in 0..50 {
+                if fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// The nodes' directory is the test's (0700): let the tenant in.
+fn open_to_tenants(nodes: &DeviceNodes) {
+    fs::set_permissions(nodes.dir(), fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn probe(dir: &Path, ops: &[ProbeOp]) -> gpu_trace::scenario::ProbeOutcome {
+    run_probe_in(Path::new(gpu_trace()), &[dir], ops).expect("tenant probe runs")
+}
+
+fn assert_terminal_safe(text: &str) {
+    let raw: Vec<char> = text.chars().filter(|&c| needs_escape(c)).collect();
+    assert!(raw.is_empty(), "raw {raw:?} in {text:?}");
+}
+
+#[test]
+fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
+    let Some(host) = kernel_test("a_hostile_container_name_reaches_no_shell") else {
+        return;
+    };
+    let incident = Incident::new(&host, "hostile-names");
+    open_to_tenants(&incident.nodes);
+    // Root made these cgroups with names the tenant chose, as LXC does for
+    // a container named so: the runtime's pattern counts, and its fix is
+    // the one an admin would paste.
+    let names = [
+        "$(touch${IFS}pwned)".to_string(),
+        format!("a\u{1b}]0;{MARKER}\u{7}\u{202e}b\u{9b}"),
+    ];
+    let major = incident.uvm_major.to_string();
+    let human = Watcher::start(&["--format", "human", "--major", &major]);
+    let json = Watcher::start(&["--format", "json", "--major", &major]);
+    let mut pids = Vec::new();
+    let mut cgroups = Vec::new();
+    for name in &names {
+        let cgroup = ChildCgroup::create(&incident.cgroup, &format!("lxc.payload.{name}"));
+        let child = probe(
+            &cgroup.0,
+            &[
+                ProbeOp::BecomeUser { uid: TENANT },
+                incident.open_rw("nvidia-uvm"),
+            ],
+        );
+        assert_eq!(child.results, [0, libc::EPERM]);
+        pids.push(child.pid);
+        cgroups.push(cgroup);
+    }
+    for &pid in &pids {
+        assert_eq!(json.wait_for_events(pid, 1).len(), 1);
+    }
+    let json_lines = json.lines();
+    let (status, _) = json.stop();
+    assert!(status.success());
+    thread::sleep(Duration::from_millis(300)); // the human watcher's lines too
+    let human_lines = human.lines();
+    let (status, _) = human.stop();
+    assert!(status.success());
+
+    // JSON keeps each name exactly, yet no line holds a raw control, DEL,
+    // C1 or bidi character, and every command in a hint is paste-safe.
+    for (pid, name) in pids.iter().zip(&names) {
+        let line = json_lines
+            .iter()
+            .find(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["pid"] == *pid))
+            .expect("the tenant's event");
+        assert_terminal_safe(line);
+        let event: Value = serde_json::from_str(line).expect("JSON");
+        assert_eq!(event["container"]["runtime"], "lxc", "{event}");
+        assert_eq!(event["container"]["id"], name.as_str(), "{event}");
+        assert_paste_safe(event["hint"].as_str().expect("a hint"), name);
+    }
+    // Human lines: all escaped; the first name's fix pastes as a literal word.
+    for line in &human_lines {
+        assert_terminal_safe(line);
+    }
+    let fixes: Vec<&str> = human_lines
+        .iter()
+        .filter_map(|l| l.trim_start().strip_prefix("fix: "))
+        .collect();
+    assert_eq!(fixes.len(), 2, "{human_lines:#?}");
+    assert!(
+        fixes[0].contains("lxc-stop -n '$(touch${IFS}pwned)'"),
+        "{}",
+        fixes[0]
+    );
+    assert_paste_safe(fixes[0], &names[0]);
+    assert!(fixes[1].contains("lxc-stop -n <container>"), "{}", fixes[1]);
+    assert!(
+        human_lines
+            .iter()
+            .any(|l| l.contains("lxc a\\u{1b}]0;pwned\\u{7}\\u{202e}b\\u{9b}")),
+        "{human_lines:#?}"
+    );
+}
+
+#[test]
+fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
+    let Some(host) = kernel_test("a_tenant_cannot_pass_for_another_container") else {
+        return;
+    };
+    let incident = Incident::new(&host, "hostile-flood");
+    open_to_tenants(&incident.nodes);
+    let delegated = ChildCgroup::create(&incident.cgroup, "user@4242.service");
+    delegated.delegate_to(TENANT);
+    // The real container, made by root where Docker's systemd driver would.
+    let victim = ChildCgroup::create(&incident.cgroup, &format!("docker-{VICTIM_ID}.scope"));
+    const OPENS: u32 = 20_000;
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--major",
+        &major,
+        "--fold",
+        "60s",
+        "--budget-per-cgroup",
+        "20",
+        "--budget",
+        "100",
+    ]);
+    let fake = format!("docker-{VICTIM_ID}.scope");
+    let child = probe(
+        &delegated.0,
+        &[
+            ProbeOp::BecomeUser { uid: TENANT },
+            ProbeOp::EnterNewCgroup { name: fake.clone() },
+            incident.open_rw("nvidia-uvm"),
+            ProbeOp::OpenUnderNewNames {
+                path: incident.nodes.path("nvidia-uvm"),
+                mode: OpenMode::ReadWrite,
+                count: OPENS,
+            },
+        ],
+    );
+    assert_eq!(child.results, [0, 0, libc::EPERM, OPENS as i32]);
+    watcher.wait_for_events(child.pid, 20);
+    let (status, stderr, events) = watcher.stop_with_events(child.pid);
+    assert!(status.success(), "{stderr:#?}");
+    let (summary, count) = summary_counts(&stderr);
+    let lost = count("lost");
+
+    // Not the victim: the delegated unit it sits in, as systemd made it.
+    let attacker_path = format!(
+        "{}/user@4242.service/{fake}",
+        incident.cgroup.relative_path().display()
+    );
+    for event in &events {
+        assert_eq!(event["container"]["runtime"], "systemd", "{event}");
+        assert_eq!(event["container"]["id"], "user@4242.service", "{event}");
+        assert_eq!(event["cgroup"], attacker_path.as_str());
+    }
+    // Bounded: 20 first occurrences, then one summary, whose count makes
+    // the sum exact.
+    let sum: u64 = events
+        .iter()
+        .map(|e| e["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(sum, u64::from(OPENS) + 1 - lost as u64, "{summary}");
+    if lost == 0 {
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|e| e["kind"].as_str().expect("kind"))
+            .collect();
+        assert_eq!(kinds.len(), 21, "{kinds:?}");
+        assert_eq!(kinds.iter().filter(|k| **k == "event").count(), 20);
+        let last = events
+            .iter()
+            .find(|e| e["kind"] == "summary")
+            .expect("a summary");
+        assert_eq!(last["count"], OPENS - 19);
+    }
+
+    // `check --container` finds the real one only.
+    let out = Command::new(gpu_trace())
+        .args(["check", "--format", "json", "--container", &VICTIM_ID[..12]])
+        .output()
+        .expect("run check");
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let victim_path = format!(
+        "/{}",
+        victim
+            .0
+            .strip_prefix(&host.cgroup2_mount)
+            .expect("under the mount")
+            .display()
+    );
+    assert_eq!(report["cgroup"], victim_path.as_str());
+    assert_eq!(report["container"]["runtime"], "docker");
+    drop(victim);
+    // With the victim gone, the tenant's look-alike is no match at all.
+    let out = Command::new(gpu_trace())
+        .args(["check", "--container", &VICTIM_ID[..12]])
+        .output()
+        .expect("run check");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no running container matches"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn metrics_series_are_capped_and_their_sum_exact() {
+    let Some(host) = kernel_test("metrics_series_are_capped") else {
+        return;
+    };
+    let incident = Incident::new(&host, "hostile-metrics");
+    const MINORS: u32 = 40;
+    let names: Vec<String> = (0..MINORS).map(|m| format!("uvm{m}")).collect();
+    let specs: Vec<(&str, u32, u32)> = names
+        .iter()
+        .zip(0..)
+        .map(|(n, m)| (n.as_str(), incident.uvm_major, m))
+        .collect();
+    let nodes = DeviceNodes::create(&specs).expect("mknod");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--major",
+        &major,
+        "--metrics",
+        &addr,
+        "--metrics-series",
+        "5",
+    ]);
+    let ops: Vec<ProbeOp> = names
+        .iter()
+        .map(|n| ProbeOp::Open {
+            path: nodes.path(n),
+            mode: OpenMode::ReadWrite,
+        })
+        .collect();
+    let child = probe(incident.cgroup.path(), &ops);
+    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    watcher.wait_for_events(child.pid, MINORS as usize);
+    let body = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .expect("scrape")
+        .body_mut()
+        .read_to_string()
+        .expect("body");
+    let series: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("gpu_trace_denied_total{"))
+        .collect();
+    assert!(series.len() <= 6, "at most 5 and other: {body}");
+    let ours: f64 = series
+        .iter()
+        .filter(|l| l.contains(&format!("major=\"{major}\"")) || l.contains("major=\"other\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(ours, f64::from(MINORS), "{body}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
+    let Some(host) = kernel_test("our_own_observers_are_known") else {
+        return;
+    };
+    let incident = Incident::new(&host, "hostile-own");
+    // The errno observer's name is cut to observe_device_ by the kernel.
+    let watcher = Watcher::start(&[
+        "--hook",
+        "errno-observer",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    // A root program that takes our observer's name, and denies.
+    let impostor = load_device_program(
+        "observe_device",
+        &denylist_program(&[(
+            incident.uvm_major,
+            ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD,
+        )]),
+    )
+    .expect("load the impostor");
+    let _link = attach_device_program(&impostor, incident.cgroup.open().expect("open cgroup"))
+        .expect("attach the impostor");
+    let out = Command::new(gpu_trace())
+        .args(["check", "--format", "json", "--cgroup"])
+        .arg(incident.cgroup.relative_path())
+        .output()
+        .expect("run check");
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let names: Vec<&str> = report["programs"]
+        .as_array()
+        .expect("programs")
+        .iter()
+        .map(|p| p["name"].as_str().expect("name"))
+        .collect();
+    // The scratch policy and the impostor; not the observer watch holds,
+    // whatever it is called.
+    let mut names = names;
+    names.sort_unstable();
+    assert_eq!(names, ["gt_scratch_dev", "observe_device"], "{report}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}

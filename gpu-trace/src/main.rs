@@ -6,7 +6,7 @@ use gpu_trace::{
     commands,
     host::preflight,
     model::exit_status,
-    scenario,
+    scenario, stream,
 };
 
 fn main() -> ExitCode {
@@ -48,6 +48,9 @@ fn main() -> ExitCode {
     };
     result.unwrap_or_else(|error| {
         eprintln!("gpu-trace: error: {error:#}");
+        if error.chain().any(|e| e.is::<stream::sink::UnsafeOutput>()) {
+            return ExitCode::from(exit_status::USAGE_OR_CHECK_ERROR);
+        }
         let not_started = error.downcast_ref::<commands::run::CommandNotStarted>();
         ExitCode::from(not_started.map_or_else(|| preflight::exit_code_for(&error), |e| e.code))
     })

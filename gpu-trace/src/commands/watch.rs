@@ -47,8 +47,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         .extend(args.device.as_ref().and_then(|d| d.major()));
     let config = tracer_config(&devices, &majors, args.all, args.tracer);
     let mut sink = match &args.output {
-        Some(path) => Sink::file(path.clone())
-            .with_context(|| format!("opening {} for appending", path.display()))?,
+        Some(path) => Sink::file(path.clone())?,
         None => Sink::stdout(),
     };
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
@@ -76,6 +75,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let unwritten = match sink.unwritten() {
         0 => String::new(),
         n => format!(", not written {n}"),
+    };
+    let unwritten = match sink.failed_reopens() {
+        0 => unwritten,
+        n => format!("{unwritten}, failed reopens {n}"),
     };
     eprintln!(
         "gpu-trace: detached; events {}, denied {}, lost {lost}{unwritten}",
@@ -164,7 +167,7 @@ async fn stream(
                 // logrotate moved the file: carry on in a new one.
                 flow.flush()?;
                 if let Err(e) = flow.sink.reopen() {
-                    eprintln!("gpu-trace: reopening the output after SIGHUP: {e}");
+                    eprintln!("gpu-trace: reopening the output after SIGHUP: {e:#}; still writing to the old file");
                 }
             }
             _ = ticks.tick() => {

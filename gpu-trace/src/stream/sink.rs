@@ -3,11 +3,16 @@
 //! reader never sees half a line from us; a failing write (a full disk, a
 //! file that became unwritable) is reported at most once a minute while
 //! the events keep being counted.
+//!
+//! gpu-trace runs as root: the file is opened without following a symlink
+//! and must be a regular file owned by root, so whoever can write to the
+//! log's directory cannot point our writes at another file.
 
 use std::{
     fs::{File, OpenOptions},
     io::{self, Write},
-    path::PathBuf,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -19,6 +24,8 @@ pub struct Sink {
     batch: Vec<u8>,
     /// Lines that could not be written since the last report.
     unwritten: u64,
+    /// SIGHUPs whose reopen failed (writing went on to the old file).
+    failed_reopens: u64,
     last_report: Option<Instant>,
 }
 
@@ -28,12 +35,13 @@ impl Sink {
             file: None,
             batch: Vec::new(),
             unwritten: 0,
+            failed_reopens: 0,
             last_report: None,
         }
     }
 
     /// Appends to `path`, creating it (mode 0640) if needed.
-    pub fn file(path: PathBuf) -> io::Result<Self> {
+    pub fn file(path: PathBuf) -> anyhow::Result<Self> {
         let file = open_append(&path)?;
         Ok(Self {
             file: Some((path, file)),
@@ -88,16 +96,27 @@ impl Sink {
     }
 
     /// After logrotate moved the file: write to a new one at the same path.
-    pub fn reopen(&mut self) -> io::Result<()> {
+    /// On failure the old file stays in use and the failure is counted.
+    pub fn reopen(&mut self) -> anyhow::Result<()> {
         self.flush()?;
         if let Some((path, file)) = &mut self.file {
-            *file = open_append(path)?;
+            match open_append(path) {
+                Ok(new) => *file = new,
+                Err(e) => {
+                    self.failed_reopens += 1;
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
 
     pub fn unwritten(&self) -> u64 {
         self.unwritten
+    }
+
+    pub fn failed_reopens(&self) -> u64 {
+        self.failed_reopens
     }
 }
 
@@ -110,11 +129,38 @@ fn write_whole(file: &mut File, batch: &[u8]) -> io::Result<()> {
     })
 }
 
-fn open_append(path: &PathBuf) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    OpenOptions::new()
+/// `--output` names something root should not write to.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {why}; gpu-trace appends only to a regular file owned by root, never through a symbolic link")]
+pub struct UnsafeOutput {
+    path: String,
+    why: String,
+}
+
+/// Appends to `path`, made 0640 if new: never through a symlink (O_NOFOLLOW),
+/// never blocking on a FIFO (O_NONBLOCK), and only to a regular file root owns.
+fn open_append(path: &Path) -> anyhow::Result<File> {
+    let unsafe_output = |why: String| UnsafeOutput {
+        path: path.display().to_string(),
+        why,
+    };
+    let file = OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => unsafe_output("is a symbolic link".into()).into(),
+            Some(libc::ENXIO) => unsafe_output("is a FIFO with no reader".into()).into(),
+            _ => anyhow::Error::new(e).context(format!("opening {} for appending", path.display())),
+        })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(unsafe_output("is not a regular file".into()).into());
+    }
+    if meta.uid() != 0 {
+        return Err(unsafe_output(format!("is owned by uid {}, not root", meta.uid())).into());
+    }
+    Ok(file)
 }

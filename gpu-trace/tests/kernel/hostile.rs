@@ -387,3 +387,51 @@ fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
     let (status, _) = watcher.stop();
     assert!(status.success());
 }
+
+#[test]
+fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
+    let Some(_host) = kernel_test("the_log_is_never_written_through_a_symlink") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let target = dir.path().join("passwd-stand-in");
+    fs::write(&target, "precious\n").expect("write target");
+    let link = dir.path().join("denied.jsonl");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let owned = dir.path().join("tenant.jsonl");
+    fs::write(&owned, "").expect("make file");
+    chown(&owned, Some(TENANT), Some(TENANT)).expect("chown");
+    for (path, why) in [
+        (&link, "is a symbolic link"),
+        (&owned, "is owned by uid 65534"),
+    ] {
+        let out = Command::new(gpu_trace())
+            .args(["watch", "--output"])
+            .arg(path)
+            .output()
+            .expect("run watch");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
+    assert_eq!(fs::read_to_string(&target).expect("read"), "precious\n");
+
+    // logrotate's move, then a symlink in its place before the SIGHUP.
+    let log = dir.path().join("audit.jsonl");
+    let mut watcher = Watcher::start(&["--output", log.to_str().expect("UTF-8")]);
+    fs::rename(&log, dir.path().join("audit.jsonl.1")).expect("rotate");
+    std::os::unix::fs::symlink(&target, &log).expect("symlink");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watcher.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    watcher.wait_for_stderr("gpu-trace: reopening the output after SIGHUP");
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+    assert!(
+        says(&stderr, "gpu-trace: detached;", "failed reopens 1"),
+        "{stderr:#?}"
+    );
+    assert_eq!(fs::read_to_string(&target).expect("read"), "precious\n");
+}

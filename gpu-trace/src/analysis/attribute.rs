@@ -32,8 +32,11 @@ type Dated<T> = (Instant, T);
 /// Process id, cgroup id, access.
 type V1Key = (u32, u64, DeviceQuery);
 
-/// Bound on `v1_answers`; past it the table starts afresh.
+/// Bounds on the caches a tenant can grow (cgroups, minors); past one, that
+/// table starts afresh.
 const V1_ANSWERS_CAPACITY: usize = 4096;
+const POLICIES_CAPACITY: usize = 4096;
+const ANSWERS_PER_POLICY: usize = 1024;
 
 impl Attributor<LiveHost> {
     pub fn new(mount: impl Into<std::path::PathBuf>) -> Self {
@@ -139,6 +142,9 @@ impl<S: PolicySource> Attributor<S> {
         }
         let culprit = culprit.ok().map(|c| Rc::new(Rendered::new(c)));
         if let Some(cached) = self.policies.get_mut(&id) {
+            if cached.answers.len() >= ANSWERS_PER_POLICY {
+                cached.answers.clear();
+            }
             cached.answers.insert(*query, culprit.clone());
         }
         culprit
@@ -192,6 +198,9 @@ impl<S: PolicySource> Attributor<S> {
             Some(cached) if cached.ids == current => cached.checked = Instant::now(),
             _ => {
                 let policy = self.source.policy(cgroup)?;
+                if self.policies.len() >= POLICIES_CAPACITY {
+                    self.policies.clear();
+                }
                 self.policies.insert(
                     id,
                     CachedPolicy {

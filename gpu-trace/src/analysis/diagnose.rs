@@ -79,6 +79,9 @@ struct DiagnosisKey {
 /// Enough for every distinct problem a host shows at once; a flood of
 /// distinct paths only empties it more often.
 const CACHE_LIMIT: usize = 4096;
+/// What was seen allowed, bounded the same way: forgetting costs only a
+/// `rules-rewritten` named as the cause that explains it without history.
+const ALLOWED_LIMIT: usize = 65_536;
 
 impl Diagnoser {
     /// Learns from every record; returns a diagnosis for problems.
@@ -121,6 +124,10 @@ impl Diagnoser {
         let a = &record.access;
         if a.verdict != Verdict::Allowed {
             return false;
+        }
+        if self.allowed.len() >= ALLOWED_LIMIT || self.frontend_allowed.len() >= ALLOWED_LIMIT {
+            self.allowed.clear();
+            self.frontend_allowed.clear();
         }
         let new_pair = self.allowed.insert((a.cgroup_id, a.major, a.minor));
         let new_frontend = record.node.is_some_and(|n| !n.has_dynamic_major())

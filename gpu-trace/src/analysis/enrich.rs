@@ -35,6 +35,10 @@ pub struct Enricher {
     clock: BootClock,
 }
 
+/// Identities kept; past it the table starts afresh (cgroups come and go,
+/// and a tenant can make as many as it likes).
+const CONTAINERS_LIMIT: usize = 16_384;
+
 /// How stale the /proc/devices snapshot may be when an unknown major shows up.
 const MAJORS_REFRESH: Duration = Duration::from_millis(500);
 
@@ -49,6 +53,12 @@ impl Enricher {
             majors_generation: 0,
             clock: BootClock::now(),
         }
+    }
+
+    /// From the event loop's tick: lets a cgroup walk asked for by a miss
+    /// start or land off the path that drains events.
+    pub fn maintain(&mut self) {
+        self.cgroups.maintain();
     }
 
     pub fn majors(&self) -> &CharMajors {
@@ -129,6 +139,9 @@ impl Enricher {
         );
         let container = Rc::new(Rendered::new(identify(&path, &self.names)));
         if cgroup.is_some() {
+            if self.containers.len() >= CONTAINERS_LIMIT {
+                self.containers.clear();
+            }
             self.containers.insert(cgroup_id, container.clone());
         }
         container

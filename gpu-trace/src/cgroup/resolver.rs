@@ -4,38 +4,55 @@
 //! directory in the cgroup2 mount, also on hybrid v1/v2 hosts.
 
 use std::{
-    fs::{self},
+    fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
+    thread::{self, JoinHandle},
     time::{Duration, Instant},
 };
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The path of a cgroup made since start, by id, as the kernel noted it.
 type PathOfCgroupMade = Box<dyn Fn(u64) -> Option<PathBuf>>;
 
+type PathsById = FxHashMap<u64, PathBuf>;
+
 /// Resolves cgroup ids to paths relative to the cgroup2 mount ("/lxc/200").
-/// The cache is rebuilt on a miss, since containers come and go, but not more
-/// often than `MIN_RESCAN_INTERVAL` so a burst of events from a vanished
-/// cgroup does not turn into a burst of tree walks.
+///
+/// Tenants make cgroups, as many as they like: an id nobody can name must
+/// not stall the events behind it. So after the first walk (at the first
+/// lookup), a miss consults the kernel's note of cgroups made since start,
+/// then answers None and asks for a new walk, which runs on its own thread;
+/// its result replaces the table (dropping cgroups since removed). Walks
+/// start no sooner than `RESCAN_PAUSE` (or ten times the last walk's
+/// length) after the previous one ended, and an id still unknown after a
+/// walk is not asked about again until the next.
 pub struct CgroupResolver {
     mount: PathBuf,
-    by_id: FxHashMap<u64, PathBuf>,
-    last_scan: Option<Instant>,
+    by_id: PathsById,
+    /// Ids no walk or note named, until the next walk lands.
+    unresolved: FxHashSet<u64>,
+    walk: Option<JoinHandle<PathsById>>,
+    /// When the last walk ended, and how long it took.
+    last_walk: Option<(Instant, Duration)>,
     /// The kernel's note of each cgroup made since start: names a cgroup
     /// already removed, and one made since the last walk, without a walk.
     made: Option<PathOfCgroupMade>,
 }
 
-const MIN_RESCAN_INTERVAL: Duration = Duration::from_millis(50);
+const RESCAN_PAUSE: Duration = Duration::from_millis(200);
+/// Past this, the oldest unresolved ids are forgotten (asked about again).
+const UNRESOLVED_LIMIT: usize = 65_536;
 
 impl CgroupResolver {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
         Self {
             mount: mount.into(),
             by_id: FxHashMap::default(),
-            last_scan: None,
+            unresolved: FxHashSet::default(),
+            walk: None,
+            last_walk: None,
             made: None,
         }
     }
@@ -56,52 +73,115 @@ impl CgroupResolver {
 
     /// The path of cgroup `id`, relative to the mount and starting with '/'.
     pub fn resolve(&mut self, id: u64) -> Option<&Path> {
-        // A hit costs one lookup; the clock is read only on a miss.
+        // A hit costs one lookup; the rest happens only on a miss.
         if !self.by_id.contains_key(&id) {
-            if let Some(path) = self.made.as_ref().and_then(|made| made(id)) {
-                self.by_id.insert(id, path);
-            }
-        }
-        if !self.by_id.contains_key(&id)
-            && self
-                .last_scan
-                .is_none_or(|at| at.elapsed() >= MIN_RESCAN_INTERVAL)
-        {
-            self.rescan();
+            self.miss(id);
         }
         self.by_id.get(&id).map(PathBuf::as_path)
     }
 
+    fn miss(&mut self, id: u64) {
+        self.land_walk();
+        if self.by_id.contains_key(&id) {
+            return;
+        }
+        if let Some(path) = self.made.as_ref().and_then(|made| made(id)) {
+            self.by_id.insert(id, path);
+            return;
+        }
+        if self.last_walk.is_none() {
+            // The first lookup: walk now, nothing is known yet.
+            self.walk_now();
+            return;
+        }
+        if self.unresolved.len() >= UNRESOLVED_LIMIT {
+            self.unresolved.clear();
+        }
+        if self.unresolved.insert(id) {
+            self.start_walk();
+        }
+    }
+
     /// Every cgroup there is now, relative to the mount.
     pub fn all(&mut self) -> Vec<PathBuf> {
-        self.rescan();
+        self.walk_now();
         let mut paths: Vec<PathBuf> = self.by_id.values().cloned().collect();
         paths.sort();
         paths.dedup();
         paths
     }
 
-    /// Walks the whole hierarchy; directories that vanish mid-walk are skipped.
-    fn rescan(&mut self) {
-        self.last_scan = Some(Instant::now());
-        let mut pending = vec![self.mount.clone()];
-        while let Some(dir) = pending.pop() {
-            let Ok(meta) = fs::metadata(&dir) else {
-                continue;
-            };
-            let relative = Path::new("/").join(dir.strip_prefix(&self.mount).unwrap_or(&dir));
-            self.by_id.insert(meta.ino(), relative);
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
-            };
-            pending.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
+    fn walk_now(&mut self) {
+        let started = Instant::now();
+        let found = walk(&self.mount);
+        self.replace(found, started.elapsed());
+    }
+
+    /// Starts a walk on its own thread, unless one runs or ended too recently.
+    fn start_walk(&mut self) {
+        let rested = self.last_walk.is_none_or(|(ended, took)| {
+            ended.elapsed() >= RESCAN_PAUSE.max(took.saturating_mul(10))
+        });
+        if self.walk.is_some() || !rested {
+            return;
+        }
+        let mount = self.mount.clone();
+        // A thread that cannot be made leaves the ids unknown, as before.
+        self.walk = thread::Builder::new()
+            .name("cgroup-walk".into())
+            .spawn(move || walk(&mount))
+            .ok();
+    }
+
+    /// Takes the finished walk's table, if any.
+    fn land_walk(&mut self) {
+        if !self.walk.as_ref().is_some_and(JoinHandle::is_finished) {
+            return;
+        }
+        let started = Instant::now();
+        if let Some(Ok(found)) = self.walk.take().map(JoinHandle::join) {
+            // Its length is not known here; what joining took is a floor.
+            self.replace(found, started.elapsed());
         }
     }
+
+    fn replace(&mut self, found: PathsById, took: Duration) {
+        self.by_id = found;
+        self.unresolved.clear();
+        self.last_walk = Some((Instant::now(), took));
+    }
+
+    /// Lets a finished walk land and starts the one a miss asked for: from
+    /// the tick, so ids missed since still get named.
+    pub fn maintain(&mut self) {
+        self.land_walk();
+        if !self.unresolved.is_empty() {
+            self.start_walk();
+        }
+    }
+}
+
+/// Every cgroup under `mount`, by id; directories that vanish mid-walk are skipped.
+fn walk(mount: &Path) -> PathsById {
+    let mut found = PathsById::default();
+    let mut pending = vec![mount.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(meta) = fs::metadata(&dir) else {
+            continue;
+        };
+        let relative = Path::new("/").join(dir.strip_prefix(mount).unwrap_or(&dir));
+        found.insert(meta.ino(), relative);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        pending.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    found
 }
 
 #[cfg(test)]
@@ -165,13 +245,23 @@ mod tests {
         assert_eq!(paths.resolve(ino("lxc/200")), Some(Path::new("/lxc/200")));
         assert_eq!(paths.resolve(ino("")), Some(Path::new("/")));
 
-        // A cgroup made after the first walk is found on its first miss.
+        // A cgroup made after the first walk: its first miss starts a walk
+        // on another thread, whose result lands on a later lookup.
         fs::create_dir_all(root.path().join("system.slice/docker-abc.scope")).expect("make");
-        std::thread::sleep(MIN_RESCAN_INTERVAL);
+        std::thread::sleep(RESCAN_PAUSE);
         let id = ino("system.slice/docker-abc.scope");
+        assert_eq!(paths.resolve(id), None, "not waited for");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while paths.resolve(id).is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            paths.maintain();
+        }
         assert_eq!(
             paths.resolve(id),
             Some(Path::new("/system.slice/docker-abc.scope"))
         );
+        // Removed cgroups leave the table with the next walk.
+        fs::remove_dir(root.path().join("system.slice/docker-abc.scope")).expect("rmdir");
+        assert_eq!(paths.all().len(), 4);
     }
 }

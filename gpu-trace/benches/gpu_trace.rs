@@ -128,6 +128,10 @@ fn main() {
     if wanted("startup") {
         results["startup"] = startup(&settings, &scene);
     }
+    if wanted("tenants") {
+        let cgroups = if quick { 10_000 } else { 100_000 };
+        results["tenant_cgroups"] = tenant_cgroups(cgroups, &open_loop, &scene);
+    }
     print_tables(&results);
     if let Some(path) = json_out {
         fs::write(&path, serde_json::to_string_pretty(&results).expect("json"))
@@ -568,6 +572,120 @@ fn peak_rss(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// A tenant that makes `count` cgroups, each with one denied open: watch's
+/// peak memory, its memory once they are removed, and whether a steady
+/// 10 000 denials/s still get through with that many cgroups present
+/// (unresolved ids must not turn into walks on the event path).
+fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
+    eprintln!("bench: {count} tenant cgroups");
+    let out_file = scene.regular_file.with_file_name("tenants.jsonl");
+    let file = fs::File::create(&out_file).expect("output file");
+    let mut command = Command::new(GPU_TRACE);
+    command
+        .args([
+            "watch",
+            "--format",
+            "json",
+            "--major",
+            &scene.major.to_string(),
+        ])
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::piped());
+    let mut child = command.stdin(Stdio::null()).spawn().expect("watch");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    for line in stderr.by_ref() {
+        if line.expect("stderr").starts_with("gpu-trace: ready") {
+            break;
+        }
+    }
+    let home = fs::read_to_string("/proc/self/cgroup").expect("own cgroup");
+    let home = home
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("cgroup2 line");
+    let mount = scene
+        .cgroup
+        .path()
+        .parent()
+        .expect("under the mount")
+        .to_path_buf();
+    let enter = |dir: &Path| fs::write(dir.join("cgroup.procs"), "0").expect("enter cgroup");
+    // The bench process itself visits each cgroup: far cheaper than a
+    // process per cgroup.
+    let tenant = scene.cgroup.path().join("tenant");
+    fs::create_dir(&tenant).expect("tenant cgroup");
+    let started = Instant::now();
+    let mut dirs = Vec::with_capacity(count);
+    for n in 0..count {
+        let dir = tenant.join(format!("c{n}"));
+        fs::create_dir(&dir).expect("make cgroup");
+        enter(&dir);
+        let _ = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&scene.denied_node);
+        dirs.push(dir);
+    }
+    enter(&mount.join(home.trim_start_matches('/')));
+    let made_s = started.elapsed().as_secs_f64();
+    thread::sleep(Duration::from_secs(2)); // let watch drain
+    let peak_mib = peak_rss(child.id()) as f64 / 1024.0;
+
+    // A steady stream from the scene's cgroup, with every tenant cgroup present.
+    let seconds = 3u64;
+    let rate = 10_000u64;
+    let mut producer = Command::new(open_loop);
+    producer
+        .arg(&scene.denied_node)
+        .arg((rate * seconds).to_string())
+        .arg(rate.to_string())
+        .stdout(Stdio::piped());
+    let _procs = place_child_in(&mut producer, &[scene.cgroup.path()]).expect("join cgroup");
+    let _ = producer.output().expect("producer");
+    thread::sleep(Duration::from_millis(500));
+
+    for dir in dirs.iter().rev() {
+        let _ = fs::remove_dir(dir);
+    }
+    let _ = fs::remove_dir(&tenant);
+    // The tick sees fewer cgroups and asks for a walk, which runs after a
+    // rest of ten times the last walk's length: wait for it to land.
+    let mut after_kib = rss(child.id());
+    for _ in 0..30 {
+        thread::sleep(Duration::from_secs(1));
+        after_kib = after_kib.min(rss(child.id()));
+    }
+    let after_mib = after_kib as f64 / 1024.0;
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
+    let summary = stderr
+        .map_while(Result::ok)
+        .find(|l| l.contains("detached;"))
+        .unwrap_or_default();
+    let _ = child.wait();
+    json!({
+        "cgroups": count,
+        "made_in_s": made_s,
+        "peak_rss_mib": peak_mib,
+        "rss_after_removal_mib": after_mib,
+        "steady_rate": rate,
+        "steady_seconds": seconds,
+        "events": summary_number(&summary, "events"),
+        "lost": summary_number(&summary, "lost"),
+    })
+}
+
+fn rss(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
 /// exec -> attached and reporting, and `run -- true` end to end.
 fn startup(settings: &Settings, scene: &Scene) -> Value {
     eprintln!("bench: start-up");
@@ -654,7 +772,8 @@ fn print_tables(results: &Value) {
     }
     let t = &results["throughput"];
     if t.is_null() {
-        return print_startup(&mut out, &results["startup"]);
+        print_startup(&mut out, &results["startup"]);
+        return print_tenants(&mut out, &results["tenant_cgroups"]);
     }
     let _ = writeln!(
         out,
@@ -683,6 +802,31 @@ fn print_tables(results: &Value) {
         t["peak_rss_mib"].as_f64().unwrap_or(0.0)
     );
     print_startup(&mut out, &results["startup"]);
+    print_tenants(&mut out, &results["tenant_cgroups"]);
+}
+
+fn print_tenants(out: &mut impl Write, t: &Value) {
+    if t.is_null() {
+        return;
+    }
+    let mib = |key: &str| t[key].as_f64().unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "\n{} tenant cgroups, one denied open each (made in {:.1} s):",
+        t["cgroups"],
+        mib("made_in_s")
+    );
+    let _ = writeln!(
+        out,
+        "    watch RSS: peak {:.1} MiB, {:.1} MiB within 30 s of their removal",
+        mib("peak_rss_mib"),
+        mib("rss_after_removal_mib")
+    );
+    let _ = writeln!(
+        out,
+        "    then {} denials/s for {} s beside them: events {} in all, lost {}",
+        t["steady_rate"], t["steady_seconds"], t["events"], t["lost"]
+    );
 }
 
 fn print_startup(out: &mut impl Write, s: &Value) {

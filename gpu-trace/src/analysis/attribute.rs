@@ -53,6 +53,14 @@ impl<S: PolicySource> Attributor<S> {
         }
     }
 
+    /// Drops what was cached for cgroups that are gone.
+    pub fn forget_cgroups_except(&mut self, exists: impl Fn(u64) -> bool) {
+        self.policies.retain(|id, _| exists(*id));
+        self.v1_answers.retain(|(_, id, _), _| exists(*id));
+        self.policies.shrink_to_fit();
+        self.v1_answers.shrink_to_fit();
+    }
+
     /// For denials: names the policy that refused it in `record.denied_by`.
     /// A denial whose layer the event did not tell (fexit, errno) is settled
     /// here: a BPF policy that denies it is the culprit; if they all allow

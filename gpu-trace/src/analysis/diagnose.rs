@@ -119,6 +119,16 @@ impl Diagnoser {
         diagnosis
     }
 
+    /// Drops what was learned and cached for cgroups that are gone.
+    pub fn forget_cgroups_except(&mut self, exists: impl Fn(u64) -> bool) {
+        self.allowed.retain(|(id, _, _)| exists(*id));
+        self.frontend_allowed.retain(|id| exists(*id));
+        self.cache.retain(|key, _| exists(key.cgroup_id));
+        self.allowed.shrink_to_fit();
+        self.frontend_allowed.shrink_to_fit();
+        self.cache.shrink_to_fit();
+    }
+
     /// Records allowed accesses; true when that changes what is known.
     fn learn(&mut self, record: &Record) -> bool {
         let a = &record.access;

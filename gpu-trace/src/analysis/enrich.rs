@@ -56,9 +56,21 @@ impl Enricher {
     }
 
     /// From the event loop's tick: lets a cgroup walk asked for by a miss
-    /// start or land off the path that drains events.
-    pub fn maintain(&mut self) {
-        self.cgroups.maintain();
+    /// start or land off the path that drains events. When one lands, the
+    /// identities of cgroups it did not find are dropped; true then.
+    pub fn maintain(&mut self) -> bool {
+        if !self.cgroups.maintain() {
+            return false;
+        }
+        let cgroups = &self.cgroups;
+        self.containers.retain(|id, _| cgroups.knows(*id));
+        self.containers.shrink_to_fit();
+        true
+    }
+
+    /// Whether cgroup `id` still exists, as far as the last walk knows.
+    pub fn knows_cgroup(&self, id: u64) -> bool {
+        self.cgroups.knows(id)
     }
 
     pub fn majors(&self) -> &CharMajors {

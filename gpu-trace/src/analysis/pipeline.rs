@@ -23,6 +23,21 @@ impl Pipeline {
         }
     }
 
+    /// From the event loop's tick: cgroup walks land here, and what was
+    /// kept for cgroups since removed is dropped and handed back to the
+    /// system (a tenant that made and removed 100 000 cgroups must not
+    /// leave watch holding their memory).
+    pub fn maintain(&mut self) {
+        if self.enricher.maintain() {
+            let enricher = &self.enricher;
+            let exists = |id| enricher.knows_cgroup(id);
+            self.attributor.forget_cgroups_except(exists);
+            self.diagnoser.forget_cgroups_except(exists);
+            // SAFETY: glibc's malloc_trim only returns free heap pages.
+            unsafe { libc::malloc_trim(0) };
+        }
+    }
+
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
         self.attributor.attribute(&mut record);

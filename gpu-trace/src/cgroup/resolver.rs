@@ -33,9 +33,13 @@ pub struct CgroupResolver {
     by_id: PathsById,
     /// Ids no walk or note named, until the next walk lands.
     unresolved: FxHashSet<u64>,
-    walk: Option<JoinHandle<PathsById>>,
+    /// A walk on its own thread: the table and how long the walk took.
+    walk: Option<JoinHandle<(Walked, Duration)>>,
     /// When the last walk ended, and how long it took.
     last_walk: Option<(Instant, Duration)>,
+    /// The root's count of descendants when the last walk began: fewer now
+    /// means cgroups were removed, and their entries can go.
+    descendants_at_walk: Option<u64>,
     /// The kernel's note of each cgroup made since start: names a cgroup
     /// already removed, and one made since the last walk, without a walk.
     made: Option<PathOfCgroupMade>,
@@ -53,6 +57,7 @@ impl CgroupResolver {
             unresolved: FxHashSet::default(),
             walk: None,
             last_walk: None,
+            descendants_at_walk: None,
             made: None,
         }
     }
@@ -117,6 +122,13 @@ impl CgroupResolver {
         self.replace(found, started.elapsed());
     }
 
+    fn replace(&mut self, found: Walked, took: Duration) {
+        self.by_id = found.by_id;
+        self.descendants_at_walk = found.descendants;
+        self.unresolved.clear();
+        self.last_walk = Some((Instant::now(), took));
+    }
+
     /// Starts a walk on its own thread, unless one runs or ended too recently.
     fn start_walk(&mut self) {
         let rested = self.last_walk.is_none_or(|(ended, took)| {
@@ -129,40 +141,66 @@ impl CgroupResolver {
         // A thread that cannot be made leaves the ids unknown, as before.
         self.walk = thread::Builder::new()
             .name("cgroup-walk".into())
-            .spawn(move || walk(&mount))
+            .spawn(move || {
+                let started = Instant::now();
+                let found = walk(&mount);
+                (found, started.elapsed())
+            })
             .ok();
     }
 
-    /// Takes the finished walk's table, if any.
-    fn land_walk(&mut self) {
+    /// Takes the finished walk's table, if any; true when one landed.
+    fn land_walk(&mut self) -> bool {
         if !self.walk.as_ref().is_some_and(JoinHandle::is_finished) {
-            return;
+            return false;
         }
-        let started = Instant::now();
-        if let Some(Ok(found)) = self.walk.take().map(JoinHandle::join) {
-            // Its length is not known here; what joining took is a floor.
-            self.replace(found, started.elapsed());
+        match self.walk.take().map(JoinHandle::join) {
+            Some(Ok((found, took))) => {
+                self.replace(found, took);
+                true
+            }
+            _ => false,
         }
-    }
-
-    fn replace(&mut self, found: PathsById, took: Duration) {
-        self.by_id = found;
-        self.unresolved.clear();
-        self.last_walk = Some((Instant::now(), took));
     }
 
     /// Lets a finished walk land and starts the one a miss asked for: from
-    /// the tick, so ids missed since still get named.
-    pub fn maintain(&mut self) {
-        self.land_walk();
-        if !self.unresolved.is_empty() {
+    /// the tick, so ids missed since still get named. True when a walk
+    /// landed: cgroups it did not find are gone.
+    pub fn maintain(&mut self) -> bool {
+        let landed = self.land_walk();
+        let removed = self
+            .descendants_at_walk
+            .zip(descendants(&self.mount))
+            .is_some_and(|(then, now)| now < then);
+        if !self.unresolved.is_empty() || removed {
             self.start_walk();
         }
+        landed
+    }
+
+    /// Whether the last walk (or the kernel's note since) named `id`.
+    pub fn knows(&self, id: u64) -> bool {
+        self.by_id.contains_key(&id)
     }
 }
 
+/// What one walk found, and the root's count of descendants before it.
+struct Walked {
+    by_id: PathsById,
+    descendants: Option<u64>,
+}
+
+/// `nr_descendants` of the root's cgroup.stat: one small read per tick.
+fn descendants(mount: &Path) -> Option<u64> {
+    fs::read_to_string(mount.join("cgroup.stat"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("nr_descendants ")?.trim().parse().ok())
+}
+
 /// Every cgroup under `mount`, by id; directories that vanish mid-walk are skipped.
-fn walk(mount: &Path) -> PathsById {
+fn walk(mount: &Path) -> Walked {
+    let descendants = descendants(mount);
     let mut found = PathsById::default();
     let mut pending = vec![mount.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -181,7 +219,10 @@ fn walk(mount: &Path) -> PathsById {
                 .map(|e| e.path()),
         );
     }
-    found
+    Walked {
+        by_id: found,
+        descendants,
+    }
 }
 
 #[cfg(test)]

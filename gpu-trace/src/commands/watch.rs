@@ -172,7 +172,7 @@ async fn stream(
             }
             _ = ticks.tick() => {
                 flow.write_folded(false)?;
-                flow.pipeline.enricher.maintain();
+                flow.pipeline.maintain();
                 if let Some(metrics) = flow.metrics {
                     metrics.set_lost(tracer.lost_events());
                 }

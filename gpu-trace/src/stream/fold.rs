@@ -207,13 +207,17 @@ impl Folder {
         if everything || self.budget_window.elapsed() >= window {
             self.budget_window = Instant::now();
             self.spent_total = 0;
-            self.spent_by_cgroup.clear();
+            // Fresh tables: a flood's high-water mark is not kept.
+            self.spent_by_cgroup = FxHashMap::default();
             out.extend(self.summaries.drain().map(|(_, s)| s.into_record()));
             if let Some(mut all) = self.overflow.take() {
                 all.cgroups = self.overflow_cgroups.len() as u64;
-                self.overflow_cgroups.clear();
+                self.overflow_cgroups = FxHashSet::default();
                 out.push(all.into_record());
             }
+        }
+        if self.pending.capacity() > 4 * self.pending.len().max(64) {
+            self.pending.shrink_to_fit();
         }
         out.sort_by_key(|r| r.first_seen);
         out

@@ -14,7 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_trace::scenario::{DeviceNodes, OpenMode, ProbeOp};
+use gpu_trace::{
+    kernel::bpf_sys::device_programs,
+    scenario::{DeviceNodes, OpenMode, ProbeOp},
+};
 use serde_json::Value;
 
 use crate::common::*;
@@ -107,7 +110,16 @@ impl LxcContainer {
     pub fn wait_running(&self, cgroup2_mount: &Path) -> PathBuf {
         let cgroup = cgroup2_mount.join(format!("lxc.payload.{}", self.name));
         let deadline = Instant::now() + WAIT;
-        while !fs::read_to_string(cgroup.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()) {
+        // Running: a process in the payload cgroup, and LXC's device
+        // program attached (which LXC may do just after the move).
+        let ready = || {
+            fs::read_to_string(cgroup.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+                && fs::File::open(&cgroup)
+                    .ok()
+                    .and_then(|dir| device_programs(dir, false).ok())
+                    .is_some_and(|attached| !attached.program_ids.is_empty())
+        };
+        while !ready() {
             assert!(
                 Instant::now() < deadline,
                 "container {} never started",

@@ -64,7 +64,7 @@ enum Task {
         /// Where the machine-readable summary goes.
         #[arg(long, default_value = "bench/results.json")]
         json: PathBuf,
-        /// Run one group only: overhead, throughput or startup.
+        /// Run one group only: overhead, throughput, startup or tenants.
         #[arg(long)]
         only: Option<String>,
     },

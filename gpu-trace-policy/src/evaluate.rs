@@ -57,7 +57,9 @@ enum Value {
 
 struct Machine<'a> {
     insns: &'a [Insn],
-    regs: [Value; 11],
+    /// r0-r10, and the kernel's auxiliary register (r11), which constant
+    /// blinding (net.core.bpf_jit_harden) uses in the instructions it hands back.
+    regs: [Value; 12],
     ctx: [u8; CONTEXT_SIZE],
     stack: [u8; STACK_SIZE],
     stack_written: [bool; STACK_SIZE],
@@ -71,7 +73,7 @@ pub fn evaluate(insns: &[Insn], query: &DeviceQuery) -> Result<Outcome, CannotEv
     }
     let mut machine = Machine {
         insns,
-        regs: [Value::Uninit; 11],
+        regs: [Value::Uninit; 12],
         ctx: query.context(),
         stack: [0; STACK_SIZE],
         stack_written: [false; STACK_SIZE],
@@ -152,7 +154,7 @@ impl Machine<'_> {
 
     fn write(&mut self, pc: usize, reg: u8, value: Value) -> Result<(), CannotEvaluate> {
         // r10 is the read-only frame pointer.
-        if reg >= 10 {
+        if reg == 10 || usize::from(reg) >= self.regs.len() {
             return Err(CannotEvaluate::Unsupported {
                 pc,
                 code: self.insns[pc].code,
@@ -653,6 +655,71 @@ mod tests {
             Ok(Outcome::Deny),
             "block"
         );
+    }
+
+    /// What the kernel does to a program under net.core.bpf_jit_harden=2
+    /// (bpf_jit_blind_constants): every ALU and jump immediate is hidden
+    /// behind the auxiliary register r11 as `r11 = imm ^ rnd; r11 ^= rnd`,
+    /// and jump offsets grow to match.
+    fn blind(insns: &[Insn], rnd: i32) -> Vec<Insn> {
+        const AX: u8 = 11;
+        let blinded = |i: &Insn| {
+            let class = i.code & 0x07;
+            let k = i.code & SOURCE_X == 0;
+            let op = i.code & 0xf0;
+            let alu = matches!(class, CLASS_ALU | CLASS_ALU64) && op != 0xb0 && op != 0x80;
+            let jump = class == CLASS_JMP && !matches!(op, 0x00 | 0x80 | 0x90);
+            k && i.imm != 0 && (alu || jump)
+        };
+        let mut at = Vec::with_capacity(insns.len() + 1);
+        let mut len = 0usize;
+        for i in insns {
+            at.push(len);
+            len += if blinded(i) { 3 } else { 1 };
+        }
+        at.push(len);
+        let mut out = Vec::with_capacity(len);
+        for (n, i) in insns.iter().enumerate() {
+            let mut i = *i;
+            if blinded(&i) {
+                let mov = if i.code & 0x07 == CLASS_ALU {
+                    CLASS_ALU
+                } else {
+                    CLASS_ALU64
+                };
+                out.push(insn(mov | 0xb0, AX, 0, 0, rnd ^ i.imm));
+                out.push(insn(mov | 0xa0, AX, 0, 0, rnd));
+                i = insn(i.code | SOURCE_X, i.dst, AX, i.off, 0);
+            }
+            if i.code & 0x07 == CLASS_JMP && !matches!(i.code & 0xf0, 0x80 | 0x90) {
+                let target = (n as i64 + 1 + i64::from(i.off)) as usize;
+                i.off = (at[target] as i64 - (out.len() as i64 + 1)) as i16;
+            }
+            out.push(i);
+        }
+        out
+    }
+
+    #[test]
+    fn blinded_constants_evaluate_like_the_originals() {
+        let plain = allowlist();
+        let hardened = blind(&plain, 0x5a5a_1234);
+        assert!(hardened.len() > plain.len(), "something was blinded");
+        assert!(hardened.iter().any(|i| i.dst == 11 || i.src == 11));
+        for (major, minor, access) in [
+            (195, 0, RW),
+            (511, 0, RW),
+            (1, 3, RW),
+            (1, 3, 1),
+            (1, 5, RW),
+        ] {
+            let query = DeviceQuery::char_device(major, minor, access);
+            assert_eq!(
+                evaluate(&hardened, &query),
+                evaluate(&plain, &query),
+                "{query:?}"
+            );
+        }
     }
 
     #[test]

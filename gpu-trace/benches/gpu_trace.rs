@@ -471,27 +471,10 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         .collect();
     for rate in rates {
         let out_file = scene.regular_file.with_file_name("throughput.jsonl");
-        let file = fs::File::create(&out_file).expect("output file");
-        let mut command = Command::new(GPU_TRACE);
-        command
-            .args([
-                "watch",
-                "--format",
-                "json",
-                "--fold",
-                "0",
-                "--major",
-                &scene.major.to_string(),
-            ])
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::piped());
-        let mut child = command.stdin(Stdio::null()).spawn().expect("watch");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        for line in stderr.by_ref() {
-            if line.expect("stderr").starts_with("gpu-trace: ready") {
-                break;
-            }
-        }
+        let (mut child, stderr) = watch_into_file(
+            &["--fold", "0", "--major", &scene.major.to_string()],
+            &out_file,
+        );
         let per_producer = if rate == 0.0 {
             1_000_000_000
         } else {
@@ -561,15 +544,44 @@ fn summary_number(summary: &str, word: &str) -> u64 {
 }
 
 fn peak_rss(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A "Name:   N kB" figure of /proc/PID/status.
+fn status_kib(pid: u32, field: &str) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines().find_map(|l| {
-                l.strip_prefix("VmHWM:")
+                l.strip_prefix(field)
                     .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))
             })
         })
         .unwrap_or(0)
+}
+
+/// `gpu-trace watch --format json ARGS > out_file`, once it is ready; its
+/// stderr lines still to come (the closing summary among them).
+fn watch_into_file(
+    args: &[&str],
+    out_file: &Path,
+) -> (Child, std::io::Lines<BufReader<std::process::ChildStderr>>) {
+    let file = fs::File::create(out_file).expect("output file");
+    let mut child = Command::new(GPU_TRACE)
+        .args(["watch", "--format", "json"])
+        .args(args)
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("watch");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    for line in stderr.by_ref() {
+        if line.expect("stderr").starts_with("gpu-trace: ready") {
+            break;
+        }
+    }
+    (child, stderr)
 }
 
 /// A tenant that makes `count` cgroups, each with one denied open: watch's
@@ -579,25 +591,7 @@ fn peak_rss(pid: u32) -> u64 {
 fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
     eprintln!("bench: {count} tenant cgroups");
     let out_file = scene.regular_file.with_file_name("tenants.jsonl");
-    let file = fs::File::create(&out_file).expect("output file");
-    let mut command = Command::new(GPU_TRACE);
-    command
-        .args([
-            "watch",
-            "--format",
-            "json",
-            "--major",
-            &scene.major.to_string(),
-        ])
-        .stdout(Stdio::from(file))
-        .stderr(Stdio::piped());
-    let mut child = command.stdin(Stdio::null()).spawn().expect("watch");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    for line in stderr.by_ref() {
-        if line.expect("stderr").starts_with("gpu-trace: ready") {
-            break;
-        }
-    }
+    let (mut child, stderr) = watch_into_file(&["--major", &scene.major.to_string()], &out_file);
     let home = fs::read_to_string("/proc/self/cgroup").expect("own cgroup");
     let home = home
         .lines()
@@ -675,15 +669,7 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
 }
 
 fn rss(pid: u32) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:")
-                    .map(|v| v.trim().trim_end_matches(" kB").parse().unwrap_or(0))
-            })
-        })
-        .unwrap_or(0)
+    status_kib(pid, "VmRSS:")
 }
 
 /// exec -> attached and reporting, and `run -- true` end to end.

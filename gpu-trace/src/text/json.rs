@@ -7,18 +7,13 @@ use std::io::{self, Write};
 use serde::Serialize;
 use serde_json::{ser::Formatter, value::RawValue, Serializer};
 
+use crate::text::terminal::is_invisible_format;
+
 struct TerminalSafeJson;
 
 fn needs_unicode_escape(c: char) -> bool {
     // C0 is already escaped by serde_json; these are what it leaves raw.
-    ('\u{7f}'..='\u{9f}').contains(&c)
-        || matches!(c,
-            '\u{ad}' | '\u{61c}' | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}'
-            | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}')
+    ('\u{7f}'..='\u{9f}').contains(&c) || is_invisible_format(c)
 }
 
 impl Formatter for TerminalSafeJson {

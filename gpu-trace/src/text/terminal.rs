@@ -11,7 +11,7 @@ use std::{
 };
 
 /// Characters that are not controls yet change how a line is displayed.
-fn is_invisible_format(c: char) -> bool {
+pub fn is_invisible_format(c: char) -> bool {
     matches!(c,
         '\u{ad}' | '\u{61c}' | '\u{180e}'
         | '\u{200b}'..='\u{200f}'

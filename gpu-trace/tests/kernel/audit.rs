@@ -279,12 +279,7 @@ fn metrics_count_every_denial_over_http() {
         return;
     };
     let incident = Incident::new(&host, "metrics");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let major = incident.uvm_major.to_string();
     let watcher = Watcher::start(&["--format", "json", "--metrics", &addr, "--major", &major]);
     const DENIALS: usize = 25;
@@ -293,15 +288,9 @@ fn metrics_count_every_denial_over_http() {
     assert!(child.results.iter().all(|&r| r == libc::EPERM));
     // The first is written at once; the rest fold, but metrics count each one.
     watcher.wait_for_events(child.pid, 1);
-    let url = format!("http://{addr}/metrics");
     let deadline = std::time::Instant::now() + WAIT;
     let (denied, lost) = loop {
-        let body = ureq::get(&url)
-            .call()
-            .expect("scrape")
-            .body_mut()
-            .read_to_string()
-            .expect("body");
+        let body = scrape(&addr);
         let value = |prefix: &str| -> Option<f64> {
             body.lines()
                 .find(|l| l.starts_with(prefix))

@@ -303,3 +303,75 @@ pub fn assert_hooks_in_place(stderr: &[String]) {
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:#?}");
 }
+
+/// net.core.bpf_jit_harden set for one test and put back after: with 2,
+/// the kernel blinds the constants of every program loaded meanwhile and
+/// hands back instructions that use its auxiliary register.
+pub struct JitHarden(String);
+
+const JIT_HARDEN: &str = "/proc/sys/net/core/bpf_jit_harden";
+
+impl JitHarden {
+    pub fn set(level: &str) -> Self {
+        let before = std::fs::read_to_string(JIT_HARDEN).expect("read bpf_jit_harden");
+        std::fs::write(JIT_HARDEN, level).expect("set bpf_jit_harden");
+        Self(before.trim().to_string())
+    }
+}
+
+impl Drop for JitHarden {
+    fn drop(&mut self) {
+        let _ = std::fs::write(JIT_HARDEN, &self.0);
+    }
+}
+
+/// Whether a program's instructions show blinding (the auxiliary register, r11).
+pub fn blinded(policy: &gpu_trace::kernel::programs_in_force::CgroupPolicy) -> bool {
+    policy
+        .programs
+        .iter()
+        .flat_map(|p| p.insns.iter())
+        .any(|i| i.dst == 11 || i.src == 11)
+}
+
+/// `gpu-trace check --format json TARGET...`, e.g. `["--container", name]`,
+/// optionally against a copy of /proc/devices: its status and report.
+pub fn check_json_with(
+    target: &[&str],
+    proc_devices: Option<&std::path::Path>,
+) -> (Option<i32>, Value) {
+    let mut command = Command::new(gpu_trace());
+    command.args(["check", "--format", "json"]).args(target);
+    if let Some(devices) = proc_devices {
+        command.env("GPU_TRACE_PROC_DEVICES", devices);
+    }
+    let output = command.output().expect("run gpu-trace check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "check --format json ({e}): {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code(), report)
+}
+
+/// A local address nothing listens on yet, for `--metrics`.
+pub fn free_local_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The body of `http://ADDR/metrics`.
+pub fn scrape(addr: &str) -> String {
+    ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .expect("scrape")
+        .body_mut()
+        .read_to_string()
+        .expect("body")
+}

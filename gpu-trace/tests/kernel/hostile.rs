@@ -250,12 +250,7 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
     }
 
     // `check --container` finds the real one only.
-    let out = Command::new(gpu_trace())
-        .args(["check", "--format", "json", "--container", &VICTIM_ID[..12]])
-        .output()
-        .expect("run check");
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let (_, report) = check_json_with(&["--container", &VICTIM_ID[..12]], None);
     let victim_path = format!(
         "/{}",
         victim
@@ -294,12 +289,7 @@ fn metrics_series_are_capped_and_their_sum_exact() {
         .map(|(n, m)| (n.as_str(), incident.uvm_major, m))
         .collect();
     let nodes = DeviceNodes::create(&specs).expect("mknod");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let major = incident.uvm_major.to_string();
     let watcher = Watcher::start(&[
         "--format",
@@ -321,12 +311,7 @@ fn metrics_series_are_capped_and_their_sum_exact() {
     let child = probe(incident.cgroup.path(), &ops);
     assert!(child.results.iter().all(|&r| r == libc::EPERM));
     watcher.wait_for_events(child.pid, MINORS as usize);
-    let body = ureq::get(&format!("http://{addr}/metrics"))
-        .call()
-        .expect("scrape")
-        .body_mut()
-        .read_to_string()
-        .expect("body");
+    let body = scrape(&addr);
     let series: Vec<&str> = body
         .lines()
         .filter(|l| l.starts_with("gpu_trace_denied_total{"))
@@ -366,13 +351,8 @@ fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
     .expect("load the impostor");
     let _link = attach_device_program(&impostor, incident.cgroup.open().expect("open cgroup"))
         .expect("attach the impostor");
-    let out = Command::new(gpu_trace())
-        .args(["check", "--format", "json", "--cgroup"])
-        .arg(incident.cgroup.relative_path())
-        .output()
-        .expect("run check");
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let cgroup = incident.cgroup.relative_path().to_str().expect("UTF-8");
+    let (_, report) = check_json_with(&["--cgroup", cgroup], None);
     let names: Vec<&str> = report["programs"]
         .as_array()
         .expect("programs")

@@ -5,8 +5,12 @@
 use std::{path::Path, process::Command};
 
 use gpu_trace::{
+    host::preflight::Host,
     kernel::programs_in_force::{CgroupPolicy, ProgramCache},
-    scenario::{run_probe_in, DeviceNodes, OpenMode, ProbeOp, ScratchPolicy, SCRATCH_POLICY_NAME},
+    scenario::{
+        run_probe_in, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy,
+        SCRATCH_POLICY_NAME,
+    },
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
 use gpu_trace_policy::{Answer, DeviceQuery};
@@ -120,13 +124,14 @@ pub fn assert_evaluator_matches_kernel(
     policy
 }
 
-#[test]
-fn evaluator_matches_the_kernel_for_a_generated_policy() {
-    let Some(host) = kernel_test("evaluator_matches_the_kernel_for_a_generated_policy") else {
-        return;
-    };
+/// A generated policy (the stand-in major denied rwm, the one below it
+/// denied w) on a scratch cgroup, and the grid run against it.
+fn generated_policy_against_the_kernel(
+    host: &Host,
+    test: &str,
+) -> (ScratchCgroup, ScratchPolicy, CgroupPolicy) {
     let major = uvm_standin();
-    let cgroup = scratch_cgroup(&host, "eval-generated");
+    let cgroup = scratch_cgroup(host, test);
     let policy = ScratchPolicy::attach(
         &cgroup,
         &[
@@ -140,6 +145,15 @@ fn evaluator_matches_the_kernel_for_a_generated_policy() {
         cgroup.path(),
         &[195, major, major - 1],
     );
+    (cgroup, policy, read)
+}
+
+#[test]
+fn evaluator_matches_the_kernel_for_a_generated_policy() {
+    let Some(host) = kernel_test("evaluator_matches_the_kernel_for_a_generated_policy") else {
+        return;
+    };
+    let (cgroup, policy, read) = generated_policy_against_the_kernel(&host, "eval-generated");
     assert_eq!(read.programs.len(), 1, "{read:#?}");
     assert_eq!(Some(read.programs[0].id), policy.program_id());
     assert_eq!(read.programs[0].name, SCRATCH_POLICY_NAME);
@@ -151,6 +165,16 @@ fn evaluator_matches_the_kernel_for_a_generated_policy() {
         read.programs[0].attach_mode, "multi",
         "attached with a link"
     );
+}
+
+#[test]
+fn evaluator_matches_the_kernel_under_a_hardened_jit() {
+    let Some(host) = kernel_test("evaluator_matches_the_kernel_under_a_hardened_jit") else {
+        return;
+    };
+    let _harden = JitHarden::set("2");
+    let (_cgroup, _policy, read) = generated_policy_against_the_kernel(&host, "eval-hardened");
+    assert!(blinded(&read), "the kernel blinded the policy: {read:#?}");
 }
 
 #[test]

@@ -151,6 +151,26 @@ fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
 }
 
 #[test]
+fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
+    let Some(host) =
+        runc_test("evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit")
+    else {
+        return;
+    };
+    let _harden = JitHarden::set("2");
+    let major = uvm_standin();
+    let container = RuncContainer::start("runc-hardened", &[195], true);
+    let dir = host
+        .cgroup2_mount
+        .join(container.cgroup.trim_start_matches('/'));
+    let policy = assert_evaluator_matches_kernel(&host.cgroup2_mount, &dir, &[195, major, 1]);
+    assert!(
+        blinded(&policy),
+        "the kernel blinded runc's program: {policy:#?}"
+    );
+}
+
+#[test]
 fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
     let Some(_host) = runc_test("devices_list_matches_the_kernel_for_runcs_v1_rules") else {
         return;

@@ -1,7 +1,7 @@
 //! The evaluator and `check` against the policies LXC itself generates for
 //! real containers (here, under lxc::, with the tests that need LXC).
 
-use std::{fs, path::Path, process::Command};
+use std::{fs, path::Path};
 
 use gpu_trace::scenario::DeviceNodes;
 use serde_json::Value;
@@ -53,22 +53,9 @@ fn proc_devices_with_uvm_at(dir: &Path, major: u32) -> std::path::PathBuf {
     path
 }
 
-/// `gpu-trace check --format json TARGET...`, e.g. `["--container", name]`.
+/// `gpu-trace check --format json TARGET...` against a /proc/devices copy.
 fn check_json(target: &[&str], proc_devices: &Path) -> (Option<i32>, Value) {
-    let output = Command::new(gpu_trace())
-        .args(["check", "--format", "json"])
-        .args(target)
-        .env("GPU_TRACE_PROC_DEVICES", proc_devices)
-        .output()
-        .expect("run gpu-trace check");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "check --format json ({e}): {stdout}{}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output.status.code(), report)
+    check_json_with(target, Some(proc_devices))
 }
 
 #[test]

@@ -196,6 +196,7 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
             "-D",
             "warnings",
         ]))?;
+        dependency_policy()?;
     }
     // Unit tests: no privileges needed.
     run_checked(Command::new(cargo()).args(["test", "--lib", "--bins", "--test", "deployment"]))?;
@@ -368,6 +369,15 @@ fn ensure_cargo_tool(name: &str, krate: &str, version: &str) -> anyhow::Result<(
         ]))?;
     }
     Ok(())
+}
+
+const CARGO_DENY_VERSION: &str = "0.20.2";
+
+/// cargo deny's checks that need no advisory database (deny.toml):
+/// permissive licenses only, no wildcard versions, crates.io only.
+fn dependency_policy() -> anyhow::Result<()> {
+    ensure_cargo_tool("deny", "cargo-deny", CARGO_DENY_VERSION)?;
+    run_checked(Command::new(cargo()).args(["deny", "check", "licenses", "bans", "sources"]))
 }
 
 /// How long `test` fuzzes: enough to catch a shallow panic, short for CI.

@@ -66,8 +66,10 @@ const ARCHIVE_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 const BACKPORTS_SOURCES: &str = "/etc/apt/sources.list.d/bookworm-backports.sources";
 const BUSYBOX: &str = "/bin/busybox";
 /// Host tools the kernel tests call whose busybox forms fall short: a test
-/// drops to nobody with util-linux's `setpriv --reuid`.
-const HOST_TOOLS: [&str; 1] = ["/usr/bin/setpriv"];
+/// drops to nobody with util-linux's `setpriv --reuid`, and the hostile-name
+/// tests paste suggested commands into bash (its not-found handler stubs
+/// every program out; busybox's ash has none).
+const HOST_TOOLS: [&str; 2] = ["/usr/bin/setpriv", "/usr/bin/bash"];
 const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Static, since the guest has no libc, and without debug info, for a small
 /// initramfs. With an explicit --target, RUSTFLAGS reaches only the target's

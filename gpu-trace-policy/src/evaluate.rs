@@ -171,6 +171,11 @@ impl Machine<'_> {
             let value = self.mov(pc, insn)?;
             return self.write(pc, insn.dst, value);
         }
+        // `r ^= r` is 0 whatever r held: constant blinding writes `r0 = 0`
+        // that way, into a register nothing wrote before.
+        if op == 0xa0 && insn.code & SOURCE_X != 0 && insn.src == insn.dst {
+            return self.write(pc, insn.dst, Value::Scalar(0));
+        }
         let dst = self.read(pc, insn.dst)?;
         if let (Value::Context(_) | Value::Stack(_), 0x00 | 0x10) = (dst, op) {
             let moved = self.offset_pointer(pc, insn, dst)?;
@@ -658,44 +663,49 @@ mod tests {
     }
 
     /// What the kernel does to a program under net.core.bpf_jit_harden=2
-    /// (bpf_jit_blind_constants): every ALU and jump immediate is hidden
-    /// behind the auxiliary register r11 as `r11 = imm ^ rnd; r11 ^= rnd`,
-    /// and jump offsets grow to match.
+    /// (bpf_jit_blind_constants): every ALU, mov and jump immediate is
+    /// hidden behind the auxiliary register r11 as `r11 = imm ^ rnd;
+    /// r11 ^= rnd`, `r = 0` becomes `r ^= r`, and jump offsets grow to match.
     fn blind(insns: &[Insn], rnd: i32) -> Vec<Insn> {
         const AX: u8 = 11;
-        let blinded = |i: &Insn| {
+        let rewrite = |i: &Insn| -> Vec<Insn> {
             let class = i.code & 0x07;
-            let k = i.code & SOURCE_X == 0;
             let op = i.code & 0xf0;
-            let alu = matches!(class, CLASS_ALU | CLASS_ALU64) && op != 0xb0 && op != 0x80;
+            let k = i.code & SOURCE_X == 0;
+            let alu = matches!(class, CLASS_ALU | CLASS_ALU64) && op != 0x80;
             let jump = class == CLASS_JMP && !matches!(op, 0x00 | 0x80 | 0x90);
-            k && i.imm != 0 && (alu || jump)
+            if !k || !(alu || jump) {
+                return vec![*i];
+            }
+            if op == 0xb0 && i.imm == 0 {
+                return vec![insn(class | SOURCE_X | 0xa0, i.dst, i.dst, 0, 0)];
+            }
+            let wide = if class == CLASS_ALU {
+                CLASS_ALU
+            } else {
+                CLASS_ALU64
+            };
+            vec![
+                insn(wide | 0xb0, AX, 0, 0, rnd ^ i.imm),
+                insn(wide | 0xa0, AX, 0, 0, rnd),
+                insn(i.code | SOURCE_X, i.dst, AX, i.off, 0),
+            ]
         };
-        let mut at = Vec::with_capacity(insns.len() + 1);
-        let mut len = 0usize;
-        for i in insns {
-            at.push(len);
-            len += if blinded(i) { 3 } else { 1 };
+        let expanded: Vec<Vec<Insn>> = insns.iter().map(rewrite).collect();
+        let mut at = vec![0usize];
+        for block in &expanded {
+            at.push(at.last().copied().unwrap_or(0) + block.len());
         }
-        at.push(len);
-        let mut out = Vec::with_capacity(len);
-        for (n, i) in insns.iter().enumerate() {
-            let mut i = *i;
-            if blinded(&i) {
-                let mov = if i.code & 0x07 == CLASS_ALU {
-                    CLASS_ALU
-                } else {
-                    CLASS_ALU64
-                };
-                out.push(insn(mov | 0xb0, AX, 0, 0, rnd ^ i.imm));
-                out.push(insn(mov | 0xa0, AX, 0, 0, rnd));
-                i = insn(i.code | SOURCE_X, i.dst, AX, i.off, 0);
+        let mut out = Vec::with_capacity(at[insns.len()]);
+        for (n, block) in expanded.into_iter().enumerate() {
+            for mut i in block {
+                let jump = i.code & 0x07 == CLASS_JMP && !matches!(i.code & 0xf0, 0x80 | 0x90);
+                if jump {
+                    let target = (n as i64 + 1 + i64::from(insns[n].off)) as usize;
+                    i.off = (at[target] as i64 - (out.len() as i64 + 1)) as i16;
+                }
+                out.push(i);
             }
-            if i.code & 0x07 == CLASS_JMP && !matches!(i.code & 0xf0, 0x80 | 0x90) {
-                let target = (n as i64 + 1 + i64::from(i.off)) as usize;
-                i.off = (at[target] as i64 - (out.len() as i64 + 1)) as i16;
-            }
-            out.push(i);
         }
         out
     }

@@ -4,7 +4,7 @@
 
 use std::{
     fs,
-    os::unix::fs::{FileTypeExt, MetadataExt},
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
@@ -13,8 +13,8 @@ use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer, ACCESS_LETTER
 use serde::Serialize;
 
 use crate::{
-    host::proc_devices::CharMajors, kernel::programs_in_force::CgroupPolicy,
-    model::node::NvidiaNode,
+    host::in_root::char_devices_in, host::proc_devices::CharMajors,
+    kernel::programs_in_force::CgroupPolicy, model::node::NvidiaNode,
 };
 
 /// Nodes that should exist on a host with the driver and nvidia_uvm loaded.
@@ -75,24 +75,22 @@ pub fn cuda_usable(view: &View) -> bool {
         && good.iter().any(|n| matches!(n, NvidiaNode::Gpu(_)))
 }
 
-/// The NVIDIA nodes under `dev_dir` and what the policy says about each.
+/// The NVIDIA nodes in /dev under `root` (resolved inside that root, see
+/// in_root.rs) and what the policy says about each.
 pub fn view(
     name: &'static str,
-    dev_dir: PathBuf,
+    root: &Path,
     policy: &CgroupPolicy,
     v1: Option<&DevicesList>,
     majors: &CharMajors,
 ) -> View {
-    let mut paths: Vec<PathBuf> = list_dir(&dev_dir);
-    paths.extend(list_dir(&dev_dir.join("nvidia-caps")));
-    let mut nodes: Vec<NodeRow> = paths
+    let mut found = char_devices_in(root, "dev");
+    found.extend(char_devices_in(root, "dev/nvidia-caps"));
+    let mut nodes: Vec<NodeRow> = found
         .into_iter()
-        .filter_map(|path| {
+        .filter_map(|(path, rdev)| {
             let node = NvidiaNode::from_path(path.as_os_str().as_encoded_bytes())?;
-            let meta = fs::metadata(&path).ok()?;
-            meta.file_type()
-                .is_char_device()
-                .then(|| row(path, node, meta.rdev(), policy, v1, majors))
+            Some(row(path, node, rdev, policy, v1, majors))
         })
         .collect();
     nodes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -107,16 +105,10 @@ pub fn view(
     }
     View {
         name,
-        dev_dir,
+        dev_dir: root.join("dev"),
         nodes,
         missing,
     }
-}
-
-fn list_dir(dir: &Path) -> Vec<PathBuf> {
-    fs::read_dir(dir)
-        .map(|entries| entries.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default()
 }
 
 pub fn row(

@@ -51,24 +51,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         None => None,
     };
 
-    let mut views = vec![view(
-        "host",
-        PathBuf::from("/dev"),
-        &policy,
-        v1.as_ref(),
-        &majors,
-    )];
+    let mut views = vec![view("host", Path::new("/"), &policy, v1.as_ref(), &majors)];
     if let Some(root) = pid
         .map(|p| PathBuf::from(format!("/proc/{p}/root")))
         .filter(|r| !same_root(r))
     {
-        views.push(view(
-            "target",
-            root.join("dev"),
-            &policy,
-            v1.as_ref(),
-            &majors,
-        ));
+        views.push(view("target", &root, &policy, v1.as_ref(), &majors));
     }
     let target_view = views.last().expect("the host view is always there");
     let nvidia_uvm_loaded = nvidia_uvm_loaded();

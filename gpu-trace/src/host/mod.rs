@@ -2,6 +2,7 @@
 //! the kernel's BTF, and whether the host can run gpu-trace at all.
 
 pub mod clock;
+pub mod in_root;
 pub mod kernel_btf;
 pub mod mountinfo;
 pub mod preflight;

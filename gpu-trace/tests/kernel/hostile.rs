@@ -415,3 +415,69 @@ fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
     );
     assert_eq!(fs::read_to_string(&target).expect("read"), "precious\n");
 }
+
+#[test]
+fn check_pid_reads_the_targets_dev_inside_its_root() {
+    let Some(_host) = kernel_test("check_pid_reads_the_targets_dev_inside_its_root") else {
+        return;
+    };
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    let node = |path: &Path, minor: u64| {
+        mknod(
+            path,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(195, minor),
+        )
+        .expect("mknod");
+    };
+    // A host directory with a node the container must not be credited with.
+    let host_dir = tempfile::tempdir().expect("temp dir");
+    node(&host_dir.path().join("nvidia0"), 7);
+    // The container's root: /dev is an absolute symlink to the same path,
+    // which inside the root holds the container's own node.
+    let root = tempfile::tempdir().expect("temp dir");
+    let inside = root
+        .path()
+        .join(host_dir.path().strip_prefix("/").expect("absolute"));
+    fs::create_dir_all(&inside).expect("mkdir");
+    node(&inside.join("nvidia0"), 3);
+    std::os::unix::fs::symlink(host_dir.path(), root.path().join("dev")).expect("symlink");
+    fs::create_dir(root.path().join("bin")).expect("mkdir");
+    fs::copy("/bin/busybox", root.path().join("bin/busybox")).expect("a static busybox");
+    let mut contained = Command::new("chroot")
+        .arg(root.path())
+        .args(["/bin/busybox", "sleep", "30"])
+        .spawn()
+        .expect("chroot");
+    let pid = contained.id();
+    let proc_root = format!("/proc/{pid}/root");
+    let deadline = std::time::Instant::now() + WAIT;
+    while fs::read_link(&proc_root).ok().as_deref() != Some(root.path()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "chroot never happened"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let (_, report) = check_json_with(&["--pid", &pid.to_string()], None);
+    let _ = contained.kill();
+    let _ = contained.wait();
+    let target = report["views"]
+        .as_array()
+        .expect("views")
+        .iter()
+        .find(|v| v["name"] == "target")
+        .expect("a target view");
+    let minors: Vec<u64> = target["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["minor"].as_u64().expect("minor"))
+        .collect();
+    assert_eq!(
+        minors,
+        [3],
+        "the container's own node, not the host's: {target}"
+    );
+}

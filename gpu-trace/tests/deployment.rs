@@ -93,6 +93,16 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
         .filter_map(Yaml::as_str)
         .collect();
     assert_eq!(args[0], "watch");
+    // Metrics on the pod's IP, never on every address of the pod.
+    let at = args
+        .iter()
+        .position(|a| *a == "--metrics")
+        .expect("--metrics");
+    assert_eq!(args[at + 1], "$(POD_IP):9745");
+    assert_eq!(
+        container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("status.podIP")
+    );
     let mounts: Vec<&str> = container["volumeMounts"]
         .as_vec()
         .expect("mounts")
@@ -104,4 +114,22 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
     }
     let volumes = pod["spec"]["volumes"].as_vec().expect("volumes");
     assert_eq!(volumes.len(), mounts.len(), "every mount has a volume");
+}
+
+#[test]
+fn the_network_policy_lets_only_prometheus_reach_the_metrics() {
+    let docs =
+        YamlLoader::load_from_str(&contrib("kubernetes/networkpolicy.yaml")).expect("valid YAML");
+    let policy = &docs[0];
+    assert_eq!(policy["kind"].as_str(), Some("NetworkPolicy"));
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+        Some("gpu-trace")
+    );
+    let rule = &policy["spec"]["ingress"][0];
+    assert_eq!(rule["ports"][0]["port"].as_i64(), Some(9745));
+    assert_eq!(
+        rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+        Some("prometheus")
+    );
 }

@@ -147,7 +147,7 @@ async fn stream(
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
     if let (Some(metrics), Some(addr)) = (flow.metrics, args.metrics) {
-        metrics.serve(addr).await?;
+        metrics.serve(addr)?;
     }
     // "ready" only once the signals are ours: a script that stops us right
     // after it must get the clean detach and the summary.

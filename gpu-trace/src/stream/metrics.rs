@@ -1,7 +1,7 @@
 //! `watch --metrics ADDR`: counters for Prometheus, in the OpenMetrics text
 //! format, over HTTP. The label sets tenants can vary are capped
 //! (`--metrics-series`). prometheus-client (the Prometheus project's Rust
-//! client) renders them; axum serves them.
+//! client) renders them; metrics_server.rs serves them.
 
 use std::{
     net::SocketAddr,
@@ -11,15 +11,13 @@ use std::{
     },
 };
 
-use anyhow::Context;
-use axum::{http::header, response::IntoResponse, routing::get, Router};
 use prometheus_client::{
-    encoding::{text::encode, EncodeLabelSet},
+    encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
-use crate::{kernel::tracer::Hook, model::record::Record};
+use crate::{kernel::tracer::Hook, model::record::Record, stream::metrics_server};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeniedLabels {
@@ -153,34 +151,9 @@ impl Metrics {
         }
     }
 
-    /// Serves /metrics on `addr` until the runtime stops.
-    pub async fn serve(&self, addr: SocketAddr) -> anyhow::Result<()> {
-        let registry = Arc::clone(&self.registry);
-        let app = Router::new().route(
-            "/metrics",
-            get(move || {
-                let registry = Arc::clone(&registry);
-                async move {
-                    let mut body = String::new();
-                    let _ = encode(&mut body, &registry);
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        body,
-                    )
-                        .into_response()
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listening for metrics on {addr}"))?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(())
+    /// Serves /metrics on `addr`, on a thread of its own (metrics_server.rs).
+    pub fn serve(&self, addr: SocketAddr) -> anyhow::Result<()> {
+        metrics_server::serve(Arc::clone(&self.registry), addr)
     }
 }
 
@@ -204,7 +177,7 @@ mod tests {
             metrics.observe(&r);
         }
         let mut text = String::new();
-        encode(&mut text, &metrics.registry).expect("encodes");
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
         let series: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("gpu_trace_denied_total{"))

@@ -481,3 +481,70 @@ fn check_pid_reads_the_targets_dev_inside_its_root() {
         "the container's own node, not the host's: {target}"
     );
 }
+
+#[test]
+fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
+    let Some(host) = kernel_test("idle_scrapers_neither_delay_events") else {
+        return;
+    };
+    const IDLE: usize = 1_000;
+    // Room for the idle connections in this process.
+    let limit = libc::rlimit {
+        rlim_cur: 4096,
+        rlim_max: 4096,
+    };
+    // SAFETY: setrlimit reads the struct it is given.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+    let incident = Incident::new(&host, "hostile-scrapers");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("audit.jsonl");
+    let addr = free_local_addr();
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&[
+        "--output",
+        log.to_str().expect("UTF-8"),
+        "--major",
+        &major,
+        "--metrics",
+        &addr,
+    ]);
+    // Connections that never send a byte.
+    let idle: Vec<std::net::TcpStream> = (0..IDLE)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(idle.len() >= IDLE / 2, "connected {}", idle.len());
+    // logrotate's move and SIGHUP, then a denial: written to the new file.
+    fs::rename(&log, dir.path().join("audit.jsonl.1")).expect("rotate");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watcher.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    let child = probe(incident.cgroup.path(), &[incident.open_rw("nvidia-uvm")]);
+    assert_eq!(child.results, [libc::EPERM]);
+    let deadline = std::time::Instant::now() + WAIT;
+    let written = loop {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(&format!("\"pid\":{}", child.pid)) || std::time::Instant::now() > deadline
+        {
+            break text;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        written.contains(&format!("\"pid\":{}", child.pid)),
+        "{written}"
+    );
+    // watch holds a bounded number of descriptors, not one per idle peer.
+    let fds = fs::read_dir(format!("/proc/{}/fd", watcher.child.id()))
+        .expect("watch's fds")
+        .count();
+    assert!(fds < 200, "watch holds {fds} descriptors");
+    // Once the header timeout has closed the idle ones, a scrape is answered.
+    drop(idle);
+    let body = scrape(&addr);
+    assert!(body.contains("gpu_trace_denied_total{"), "{body}");
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+    assert!(!says(&stderr, "gpu-trace: reopening", ""), "{stderr:#?}");
+}

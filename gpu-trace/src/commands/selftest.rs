@@ -33,6 +33,7 @@ use crate::{
         output::{errno_name, write_human},
     },
     scenario::{
+        interrupt::{self, Made},
         run_probe, DeviceNodes, OpenMode, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy,
     },
 };
@@ -47,6 +48,8 @@ const DENIED_NODE: &str = "nvidia-uvm";
 /// Returns Ok(true) on PASS, Ok(false) on FAIL (already explained).
 pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
     let host = check_host()?;
+    // Before any thread starts: an interrupt removes what we make.
+    interrupt::take_signals()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;
     let uvm_standin = majors
         .unused_dynamic_major()
@@ -99,6 +102,7 @@ impl Incident {
             cgroup2_mount,
             &format!("gpu-trace-selftest-{}", process::id()),
         )?;
+        interrupt::register(Made::Cgroup(cgroup.path().to_path_buf()));
         let policy = ScratchPolicy::attach(
             &cgroup,
             &[(uvm_standin, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
@@ -110,6 +114,7 @@ impl Incident {
         );
         let nodes =
             DeviceNodes::create(&[(ALLOWED_NODE, frontend, 0), (DENIED_NODE, uvm_standin, 0)])?;
+        interrupt::register(Made::Dir(nodes.dir().to_path_buf()));
         println!(
             "  device nodes in {}: nvidia0 = c {frontend}:0, nvidia-uvm = c {uvm_standin}:0 (stand-in for the dynamic uvm major)",
             nodes.dir().display()

@@ -3,12 +3,13 @@
 //! process inside the cgroup that opens them. Used by `selftest` and by the
 //! kernel tests. Every piece removes itself on drop.
 
+pub mod interrupt;
 pub mod pasted;
 
 use std::{
     fs::{self, File},
     io::Write,
-    os::fd::OwnedFd,
+    os::fd::{AsRawFd, OwnedFd},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     thread,
@@ -17,7 +18,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use gpu_trace_policy::Insn;
-use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use nix::sys::stat::{makedev, mknod, mknodat, Mode, SFlag};
 
 use crate::kernel::bpf_sys::{attach_device_program, load_device_program};
 
@@ -172,19 +173,25 @@ impl DeviceNodes {
             .prefix("gpu-trace-nodes-")
             .tempdir_in(&base)
             .with_context(|| format!("making a temporary directory in {}", base.display()))?;
+        // Everything relative to the directory's descriptor: once made (0700,
+        // ours), no path lookup through the shared base can be redirected.
+        let dir_fd =
+            File::open(dir.path()).with_context(|| format!("opening {}", dir.path().display()))?;
         for &(name, major, minor) in nodes {
-            let path = dir.path().join(name);
-            mknod(
-                &path,
+            mknodat(
+                Some(dir_fd.as_raw_fd()),
+                name,
                 SFlag::S_IFCHR,
                 Mode::from_bits_truncate(0o666),
                 makedev(major.into(), minor.into()),
             )
-            .with_context(|| format!("mknod {} c {major} {minor}", path.display()))?;
+            .with_context(|| {
+                format!("mknod {name} c {major} {minor} in {}", dir.path().display())
+            })?;
             // mknod applies the umask; make the node as open as NVIDIA's (crw-rw-rw-).
             nix::sys::stat::fchmodat(
-                None,
-                &path,
+                Some(dir_fd.as_raw_fd()),
+                name,
                 Mode::from_bits_truncate(0o666),
                 nix::sys::stat::FchmodatFlags::FollowSymlink,
             )?;
@@ -215,10 +222,36 @@ fn device_capable_dir() -> anyhow::Result<PathBuf> {
         if mount_options(&mountinfo, &dir)
             .is_some_and(|opts| !opts.split(',').any(|o| o == "nodev"))
         {
+            shared_safely(&dir)?;
             return Ok(dir);
         }
     }
     bail!("no temporary directory on a filesystem without nodev (tried $TMPDIR, /tmp, /var/tmp, /run, /dev/shm, /dev)")
+}
+
+/// A directory root may make files in while others can write to it too:
+/// root's own, and sticky if anyone else may write there (so no one can
+/// remove or rename what root made). Anything else is refused.
+fn shared_safely(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(dir).with_context(|| format!("{}", dir.display()))?;
+    let others_write = meta.mode() & 0o022 != 0;
+    let sticky = meta.mode() & 0o1000 != 0;
+    if meta.uid() != 0 {
+        bail!(
+            "{} (TMPDIR or a default) is owned by uid {}, not root: pick a root-owned directory",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    if others_write && !sticky {
+        bail!(
+            "{} (TMPDIR or a default) is writable by others and not sticky (mode {:o}): pick one that is not, or is sticky like /tmp",
+            dir.display(),
+            meta.mode() & 0o7777
+        );
+    }
+    Ok(())
 }
 
 /// Per-mount options of the mount that holds `path` (the longest mount point

@@ -548,3 +548,60 @@ fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
     assert!(status.success(), "{stderr:#?}");
     assert!(!says(&stderr, "gpu-trace: reopening", ""), "{stderr:#?}");
 }
+
+#[test]
+fn selftest_refuses_a_shared_tmpdir_and_leaves_nothing_when_interrupted() {
+    let Some(host) = kernel_test("selftest_refuses_a_shared_tmpdir") else {
+        return;
+    };
+    // A directory anyone may write to, without the sticky bit; and one a
+    // tenant owns.
+    let open = tempfile::tempdir().expect("temp dir");
+    fs::set_permissions(open.path(), fs::Permissions::from_mode(0o777)).expect("chmod");
+    let owned = tempfile::tempdir().expect("temp dir");
+    chown(owned.path(), Some(TENANT), Some(TENANT)).expect("chown");
+    for (dir, why) in [(&open, "not sticky"), (&owned, "owned by uid 65534")] {
+        let out = Command::new(gpu_trace())
+            .arg("selftest")
+            .env("TMPDIR", dir.path())
+            .output()
+            .expect("run selftest");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert_eq!(
+            fs::read_dir(dir.path()).expect("read").count(),
+            0,
+            "nothing made"
+        );
+    }
+
+    // SIGTERM once its nodes exist: the nodes and the scratch cgroup go.
+    let mut selftest = Command::new(gpu_trace())
+        .arg("selftest")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run selftest");
+    let pid = selftest.id();
+    let stdout = selftest.stdout.take().expect("stdout");
+    let nodes_line = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .map_while(Result::ok)
+        .find(|l| l.contains("device nodes in "))
+        .expect("the nodes line");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = selftest.wait().expect("wait");
+    let nodes_dir = nodes_line
+        .split("device nodes in ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .expect("a directory");
+    // 143 when interrupted mid-way; a run already over cleaned up anyway.
+    assert!(status.code() == Some(143) || status.success(), "{status}");
+    assert!(!Path::new(nodes_dir).exists(), "{nodes_dir} left behind");
+    let cgroup = host.cgroup2_mount.join(format!("gpu-trace-selftest-{pid}"));
+    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+}

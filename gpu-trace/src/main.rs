@@ -7,6 +7,7 @@ use gpu_trace::{
     host::preflight,
     model::exit_status,
     scenario, stream,
+    text::terminal::escape,
 };
 
 fn main() -> ExitCode {
@@ -24,7 +25,7 @@ fn main() -> ExitCode {
         // check promises scripts 0, 1, or 2 for any error.
         Command::Check(args) => Ok(commands::check::run(args).map_or_else(
             |error| {
-                eprintln!("gpu-trace: error: {error:#}");
+                eprintln!("gpu-trace: error: {}", escape(&format!("{error:#}")));
                 ExitCode::from(exit_status::USAGE_OR_CHECK_ERROR)
             },
             ExitCode::from,
@@ -47,7 +48,8 @@ fn main() -> ExitCode {
             .map_err(Into::into),
     };
     result.unwrap_or_else(|error| {
-        eprintln!("gpu-trace: error: {error:#}");
+        // Errors can name cgroups and paths others chose.
+        eprintln!("gpu-trace: error: {}", escape(&format!("{error:#}")));
         if error.chain().any(|e| e.is::<stream::sink::UnsafeOutput>()) {
             return ExitCode::from(exit_status::USAGE_OR_CHECK_ERROR);
         }

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::{
     host::in_root::char_devices_in, host::proc_devices::CharMajors,
-    kernel::programs_in_force::CgroupPolicy, model::node::NvidiaNode,
+    kernel::programs_in_force::CgroupPolicy, model::node::NvidiaNode, text::shell_word::prose,
 };
 
 /// Nodes that should exist on a host with the driver and nvidia_uvm loaded.
@@ -200,22 +200,23 @@ pub fn decide(
     } else {
         "no program denies it".to_string()
     };
-    match v1.map(|l| (l, l.answer(query))) {
+    // The v1 cgroup's name is the target's to choose: its backticks must
+    // not open a command in a line that shows one.
+    match v1.map(|l| (prose(&l.cgroup), l.answer(query))) {
         None => (Decision::Allowed, by_bpf),
-        Some((l, V1Answer::Allowed(line))) => (
+        Some((cgroup, V1Answer::Allowed(line))) => (
             Decision::Allowed,
-            format!("{by_bpf}; devices.list of {}: `{line}`", l.cgroup),
+            format!("{by_bpf}; devices.list of {cgroup}: `{line}`"),
         ),
-        Some((l, V1Answer::AllowedByDefault)) => (
+        Some((cgroup, V1Answer::AllowedByDefault)) => (
             Decision::Allowed,
             format!(
-                "{by_bpf}; devices.list of {} allows all (unlisted deny exceptions possible)",
-                l.cgroup
+                "{by_bpf}; devices.list of {cgroup} allows all (unlisted deny exceptions possible)"
             ),
         ),
-        Some((l, V1Answer::Denied)) => (
+        Some((cgroup, V1Answer::Denied)) => (
             Decision::Denied,
-            format!("devices.list of v1 cgroup {} has no rule for it", l.cgroup),
+            format!("devices.list of v1 cgroup {cgroup} has no rule for it"),
         ),
     }
 }

@@ -44,9 +44,11 @@ impl From<Parts> for Diagnosis {
     }
 }
 
-/// Shown in commands instead of an observed name no quoting can show.
-const CONTAINER: &str = "<container>";
-const NODE_PATH: &str = "<node path>";
+/// Shown in commands instead of an observed name no quoting can show:
+/// bare words, which a shell pasted into passes as they are (`<name>`
+/// would be a redirection).
+const CONTAINER: &str = "CONTAINER";
+const NODE_PATH: &str = "NODE_PATH";
 const PLACEHOLDERS: [&str; 2] = [CONTAINER, NODE_PATH];
 
 /// Remembers which (cgroup, device) pairs were allowed, to recognise rules
@@ -255,7 +257,7 @@ fn stale_major(record: &Record, majors: &CharMajors) -> Option<Parts> {
     let path = path_of(record);
     let shown = prose(&path);
     let mut fix = vec![format!(
-        "recreate {shown} with today's major: on the host `nvidia-modprobe -u -c=0` (or `mknod -m 666 {} c {today} {}`), and restart what bind-mounts it",
+        "recreate {shown} with today's major: on the host `nvidia-modprobe -u -c=0` (or `mknod -m 666 -- {} c {today} {}`), and restart what bind-mounts it",
         command_word(&path, NODE_PATH),
         a.minor
     )];
@@ -381,7 +383,7 @@ fn v1_devices_list(record: &Record) -> Parts {
         ),
         fix: vec![
             format!(
-                "for now: `echo 'c {}:* rwm' > /sys/fs/cgroup/devices/<cgroup of the process>/devices.allow` (see /proc/PID/cgroup)",
+                "for now: `echo 'c {}:* rwm' > /sys/fs/cgroup/devices/CGROUP/devices.allow`, CGROUP being the process's devices cgroup (see /proc/PID/cgroup)",
                 a.major
             ),
             format!(
@@ -420,7 +422,8 @@ pub fn allow_device(
     let device_word = command_word(node_path, NODE_PATH);
     match container.runtime {
         Runtime::Lxc => {
-            let proxmox = container.id.chars().all(|c| c.is_ascii_digit());
+            let proxmox =
+                !container.id.is_empty() && container.id.chars().all(|c| c.is_ascii_digit());
             let config = if proxmox {
                 format!("/etc/pve/lxc/{}.conf", container.id)
             } else {

@@ -40,7 +40,7 @@ use crate::{
         run_report::Report,
     },
     stream::ring_events::{event_loop_runtime, RingEvents},
-    text::json,
+    text::{json, terminal::escape},
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -137,9 +137,10 @@ async fn trace_command(
     let mut child = spawned.map_err(|e| spawn_error(&args.command[0], e))?;
     let child_pid = child.id().context("the child has no pid")?;
     if let Some(dir) = target {
+        // The directory may be a child cgroup the container named.
         eprintln!(
             "gpu-trace: started pid {child_pid} in cgroup {}",
-            dir.display()
+            escape(&dir.to_string_lossy())
         );
     }
 

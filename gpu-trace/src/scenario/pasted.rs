@@ -51,8 +51,9 @@ pub const MARKER: &str = "pwned";
 /// placeholder instead.
 pub fn assert_paste_safe(hint: &str, tenant: &str) {
     let pasted = pasted_words(hint, MARKER);
-    if tenant.contains('`') || tenant.chars().any(crate::text::terminal::needs_escape) {
-        let placeholder = hint.contains("<container>") || hint.contains("<node path>");
+    if tenant.contains(['`', '\\', '!']) || tenant.chars().any(crate::text::terminal::needs_escape)
+    {
+        let placeholder = hint.contains("CONTAINER") || hint.contains("NODE_PATH");
         assert!(pasted.is_empty() && placeholder, "{hint}");
         return;
     }

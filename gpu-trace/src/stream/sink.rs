@@ -162,5 +162,10 @@ fn open_append(path: &Path) -> anyhow::Result<File> {
     if meta.uid() != 0 {
         return Err(unsafe_output(format!("is owned by uid {}, not root", meta.uid())).into());
     }
+    // A second name could be a hard link someone made to a file of root's
+    // (where fs.protected_hardlinks is off).
+    if meta.nlink() != 1 {
+        return Err(unsafe_output(format!("has {} hard links, not 1", meta.nlink())).into());
+    }
     Ok(file)
 }

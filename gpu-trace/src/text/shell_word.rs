@@ -26,11 +26,12 @@ pub fn shell_word(text: &str) -> Cow<'_, str> {
 }
 
 /// `text` as a word of a command shown between backticks: `shell_word`,
-/// or `placeholder` when no quoting can show it safely (a backtick would
+/// or `placeholder` when no quoting can show it safely: a backtick would
 /// end the command on the page, a control character would be escaped on
-/// the terminal and no longer be the name).
+/// the terminal and no longer be the name, and a backslash or `!` means
+/// something inside single quotes to fish or tcsh, where admins paste too.
 pub fn command_word<'a>(text: &'a str, placeholder: &'a str) -> Cow<'a, str> {
-    if text.contains('`') || text.chars().any(crate::text::terminal::needs_escape) {
+    if text.contains(['`', '\\', '!']) || text.chars().any(crate::text::terminal::needs_escape) {
         Cow::Borrowed(placeholder)
     } else {
         shell_word(text)
@@ -79,12 +80,16 @@ mod tests {
 
     #[test]
     fn unshowable_names_become_the_placeholder() {
-        assert_eq!(command_word("a`id`b", "<container>"), "<container>");
-        assert_eq!(command_word("a\u{1b}]0;x", "<container>"), "<container>");
-        assert_eq!(command_word("a\u{202e}b", "<container>"), "<container>");
-        assert_eq!(command_word("a b", "<container>"), "'a b'");
-        assert_eq!(plain_or("a b", "<node path>"), "<node path>");
-        assert_eq!(plain_or("/dev/nvidia0", "<node path>"), "/dev/nvidia0");
+        for unshowable in ["a`id`b", "a\u{1b}]0;x", "a\u{202e}b", "a\\';id;#", "a!!"] {
+            assert_eq!(
+                command_word(unshowable, "CONTAINER"),
+                "CONTAINER",
+                "{unshowable:?}"
+            );
+        }
+        assert_eq!(command_word("a b", "CONTAINER"), "'a b'");
+        assert_eq!(plain_or("a b", "NODE_PATH"), "NODE_PATH");
+        assert_eq!(plain_or("/dev/nvidia0", "NODE_PATH"), "/dev/nvidia0");
     }
 
     #[test]

@@ -163,7 +163,7 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
         fixes[0]
     );
     assert_paste_safe(fixes[0], &names[0]);
-    assert!(fixes[1].contains("lxc-stop -n <container>"), "{}", fixes[1]);
+    assert!(fixes[1].contains("lxc-stop -n CONTAINER "), "{}", fixes[1]);
     assert!(
         human_lines
             .iter()

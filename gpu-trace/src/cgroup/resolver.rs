@@ -40,6 +40,8 @@ pub struct CgroupResolver {
     /// The root's count of descendants when the last walk began: fewer now
     /// means cgroups were removed, and their entries can go.
     descendants_at_walk: Option<u64>,
+    /// Ids named from the kernel's note since the last walk.
+    named_since_walk: usize,
     /// The kernel's note of each cgroup made since start: names a cgroup
     /// already removed, and one made since the last walk, without a walk.
     made: Option<PathOfCgroupMade>,
@@ -48,6 +50,8 @@ pub struct CgroupResolver {
 const RESCAN_PAUSE: Duration = Duration::from_millis(200);
 /// Past this, the oldest unresolved ids are forgotten (asked about again).
 const UNRESOLVED_LIMIT: usize = 65_536;
+/// Cgroups named from the kernel's note before a walk is asked for.
+const NAMED_BETWEEN_WALKS: usize = 4_096;
 
 impl CgroupResolver {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
@@ -58,6 +62,7 @@ impl CgroupResolver {
             walk: None,
             last_walk: None,
             descendants_at_walk: None,
+            named_since_walk: 0,
             made: None,
         }
     }
@@ -92,6 +97,13 @@ impl CgroupResolver {
         }
         if let Some(path) = self.made.as_ref().and_then(|made| made(id)) {
             self.by_id.insert(id, path);
+            // A tenant that makes and removes cgroups in turn keeps the
+            // count of descendants level: walk now and then anyway, so the
+            // table sheds the removed ones.
+            self.named_since_walk += 1;
+            if self.named_since_walk >= NAMED_BETWEEN_WALKS {
+                self.start_walk();
+            }
             return;
         }
         if self.last_walk.is_none() {
@@ -125,6 +137,7 @@ impl CgroupResolver {
     fn replace(&mut self, found: Walked, took: Duration) {
         self.by_id = found.by_id;
         self.descendants_at_walk = found.descendants;
+        self.named_since_walk = 0;
         self.unresolved.clear();
         self.last_walk = Some((Instant::now(), took));
     }

@@ -72,16 +72,16 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let tally = flow.tally;
     let lost = tracer.lost_events();
     drop(tracer); // detach before the summary, which says so
-    let unwritten = match sink.unwritten() {
-        0 => String::new(),
-        n => format!(", not written {n}"),
-    };
-    let unwritten = match sink.failed_reopens() {
-        0 => unwritten,
-        n => format!("{unwritten}, failed reopens {n}"),
-    };
+                  // Output trouble, said only when there was some.
+    let mut trouble = String::new();
+    if sink.unwritten() > 0 {
+        trouble.push_str(&format!(", not written {}", sink.unwritten()));
+    }
+    if sink.failed_reopens() > 0 {
+        trouble.push_str(&format!(", failed reopens {}", sink.failed_reopens()));
+    }
     eprintln!(
-        "gpu-trace: detached; events {}, denied {}, lost {lost}{unwritten}",
+        "gpu-trace: detached; events {}, denied {}, lost {lost}{trouble}",
         tally.events, tally.denied
     );
     Ok(())

@@ -248,7 +248,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        cgroup::identity::identify,
+        cgroup::identity::{identify, NameSources},
         model::{
             access::{DeviceAccess, Verdict, VerdictSource},
             rendered::Rendered,
@@ -280,7 +280,16 @@ mod tests {
             first_seen: time,
             last_seen: time,
             cgroup: None,
-            container: Rc::new(Rendered::new(identify("/", &Default::default()))),
+            // No owner checks (cgroup2_mount None): the default reads
+            // mountinfo, once per record of these 60 000-record floods.
+            container: Rc::new(Rendered::new(identify(
+                "/",
+                &NameSources {
+                    pve_lxc_dir: "/none".into(),
+                    docker_containers_dir: "/none".into(),
+                    cgroup2_mount: None,
+                },
+            ))),
             driver: None,
             device: None,
             node: None,

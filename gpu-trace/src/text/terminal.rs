@@ -10,15 +10,21 @@ use std::{
     io::{self, Write},
 };
 
-/// Characters that are not controls yet change how a line is displayed.
+/// Characters that are not controls yet change how a line is displayed,
+/// or show nothing at all: tag characters and variation selectors can carry
+/// a hidden message inside a name that looks harmless.
 pub fn is_invisible_format(c: char) -> bool {
     matches!(c,
         '\u{ad}' | '\u{61c}' | '\u{180e}'
+        | '\u{180b}'..='\u{180d}'
         | '\u{200b}'..='\u{200f}'
         | '\u{2028}'..='\u{202e}'
         | '\u{2060}'..='\u{206f}'
+        | '\u{fe00}'..='\u{fe0f}'
         | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}')
+        | '\u{fff9}'..='\u{fffb}'
+        | '\u{e0000}'..='\u{e007f}'
+        | '\u{e0100}'..='\u{e01ef}')
 }
 
 /// What `escape` rewrites.
@@ -104,6 +110,11 @@ mod tests {
             "a\\u{1b}[2J\\u{1b}]0;pwned\\u{7}b\\u{202e}c\\u{2066}d\\u{2028}e\\u{7f}f\\u{9b}g\\rh\\ni"
         );
         assert!(matches!(escape("/dev/nvidia-uvm"), Cow::Borrowed(_)));
+        // A tag-character message and a variation selector hidden in a name.
+        assert_eq!(
+            escape("ok\u{e0072}\u{e006d}x\u{fe0f}"),
+            "ok\\u{e0072}\\u{e006d}x\\u{fe0f}"
+        );
         assert_eq!(escape("ünïcödé ok"), "ünïcödé ok");
     }
 

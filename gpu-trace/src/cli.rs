@@ -106,9 +106,10 @@ pub struct WatchArgs {
     /// First occurrences written per fold window for one cgroup. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub budget_per_cgroup: u32,
-    /// Serve Prometheus/OpenMetrics counters over HTTP at ADDR/metrics (e.g. 127.0.0.1:9745).
+    /// Serve Prometheus/OpenMetrics counters over HTTP at ADDR/metrics (e.g. 127.0.0.1:9745,
+    /// [::1]:9745; an IPv4 address may be bracketed too, so `[$(POD_IP)]:9745` fits both).
     /// They count every event, whatever the filters below show.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = listen_address)]
     pub metrics: Option<std::net::SocketAddr>,
     /// At most N series of gpu_trace_denied_total (one per container, device and
     /// access); denials beyond them count under the label value "other".
@@ -250,5 +251,45 @@ pub fn tracer_config(
         follow_process_tree: false,
         hook: tracer.hook,
         device_hook_only: tracer.device_hook_only,
+    }
+}
+
+/// A socket address, also as `[IPv4]:PORT`: a template that brackets the
+/// address (`[$(POD_IP)]:9745`) then works for either family, where an
+/// unbracketed IPv6 address would swallow the port.
+fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    let bracketed_v4 = text
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once("]:"))
+        .and_then(|(ip, port)| Some((ip.parse::<std::net::Ipv4Addr>().ok()?, port.parse().ok()?)));
+    match bracketed_v4 {
+        Some((ip, port)) => Ok(std::net::SocketAddr::from((ip, port))),
+        None => text
+            .parse()
+            .map_err(|_| format!("{text:?} is not IP:PORT (IPv6 as [IP]:PORT)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_address;
+
+    #[test]
+    fn listen_addresses_of_either_family_bracketed() {
+        assert_eq!(
+            listen_address("[10.1.2.3]:9745").unwrap().to_string(),
+            "10.1.2.3:9745"
+        );
+        assert_eq!(
+            listen_address("[fd00::1]:9745").unwrap().to_string(),
+            "[fd00::1]:9745"
+        );
+        assert_eq!(
+            listen_address("127.0.0.1:9745").unwrap().to_string(),
+            "127.0.0.1:9745"
+        );
+        // What an unbracketed template gives on an IPv6 pod.
+        assert!(listen_address("fd00::1:9745").is_err());
+        assert!(listen_address("[10.1.2.3]").is_err());
     }
 }

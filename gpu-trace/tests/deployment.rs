@@ -93,12 +93,13 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
         .filter_map(Yaml::as_str)
         .collect();
     assert_eq!(args[0], "watch");
-    // Metrics on the pod's IP, never on every address of the pod.
+    // Metrics on the pod's IP, never on every address of the pod; bracketed,
+    // which `--metrics` reads for IPv4 and IPv6 alike (a unit test in cli.rs).
     let at = args
         .iter()
         .position(|a| *a == "--metrics")
         .expect("--metrics");
-    assert_eq!(args[at + 1], "$(POD_IP):9745");
+    assert_eq!(args[at + 1], "[$(POD_IP)]:9745");
     assert_eq!(
         container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
         Some("status.podIP")

@@ -79,7 +79,7 @@ const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static -C debuginfo=0 -C s
 /// initramfs holds neither. Passed to libtest as `--skip` filters.
 const NOT_IN_GUEST: [&str; 2] = ["lxc::", "runc::"];
 /// What /init runs, in order; each reports its exit status in the marker line.
-const STEPS: [&str; 3] = ["selftest", "selftest-observer", "kernel-tests"];
+const STEPS: [&str; 4] = ["selftest", "selftest-observer", "kernel-tests", "lockdown"];
 /// How long one kernel may take from boot to power-off: about 2.5 minutes
 /// is usual on 2 cores without KVM.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -120,7 +120,19 @@ step selftest gpu-trace selftest
 step selftest-observer gpu-trace selftest --hook observer
 export GPU_TRACE_BIN=/bin/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
 echo "gpu-trace-vm: note: not run in the guest (LXC and runc are not in the initramfs): @SKIPS@"
-step kernel-tests kernel-tests --test-threads=1 --nocapture @SKIPS@
+step kernel-tests kernel-tests --test-threads=1 --nocapture @SKIPS@ --skip lockdown::
+
+# Last, since lockdown cannot be lowered: the kernel in confidentiality
+# lockdown, and the tests for it, which must run (not pass by matching none).
+lockdown_tests() {
+    mount -t securityfs securityfs /sys/kernel/security || return 1
+    echo confidentiality >/sys/kernel/security/lockdown || return 1
+    GPU_TRACE_EXPECT_LOCKDOWN=1 kernel-tests --test-threads=1 --nocapture lockdown:: >/tmp/lockdown.log 2>&1
+    status=$?
+    cat /tmp/lockdown.log
+    [ $status -eq 0 ] && grep -q "test result: ok. [1-9]" /tmp/lockdown.log
+}
+step lockdown lockdown_tests
 
 echo "gpu-trace-vm-result$result" >/dev/ttyS1
 poweroff -f

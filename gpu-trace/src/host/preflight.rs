@@ -24,6 +24,10 @@ pub enum Unsupported {
     KernelTooOld { found: String },
     #[error("the kernel refused the {hook}: {reason}")]
     HookRefused { hook: String, reason: String },
+    #[error(
+        "the kernel is locked down (confidentiality, {LOCKDOWN}): it refuses eBPF programs that read kernel memory, and every hook that sees an open is one, so watch, run and selftest cannot run; `gpu-trace check` still works (the device programs in force, the nodes, and whether a cgroup may open each); lockdown ends only with a boot without it (the lockdown= kernel parameter, or the Secure Boot setting)"
+    )]
+    LockedDown,
 }
 
 impl Unsupported {
@@ -33,6 +37,7 @@ impl Unsupported {
             Unsupported::NoCgroup2 => exit_status::NO_CGROUP2,
             Unsupported::KernelTooOld { .. } => exit_status::KERNEL_TOO_OLD,
             Unsupported::HookRefused { .. } => exit_status::HOOK_REFUSED,
+            Unsupported::LockedDown => exit_status::LOCKED_DOWN,
         }
     }
 }
@@ -72,10 +77,59 @@ pub fn check_host() -> anyhow::Result<Host> {
     })
 }
 
+/// Where the kernel says its lockdown level: `none integrity [confidentiality]`,
+/// the one in force bracketed. Absent without the lockdown LSM or securityfs.
+pub const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
+
+/// Refuses before anything loads on a kernel in confidentiality lockdown,
+/// where each program would fail with a verifier message naming a helper
+/// ("cannot use helper bpf_probe_read") rather than the reason. Integrity
+/// lockdown only forbids writing user memory, which gpu-trace never does.
+pub fn check_not_locked_down() -> Result<(), Unsupported> {
+    let level = std::fs::read_to_string(LOCKDOWN).unwrap_or_default();
+    if lockdown_in_force(&level) == Some("confidentiality") {
+        return Err(Unsupported::LockedDown);
+    }
+    Ok(())
+}
+
+/// The bracketed level of the lockdown file's text.
+pub fn lockdown_in_force(text: &str) -> Option<&str> {
+    text.split_whitespace()
+        .find_map(|word| word.strip_prefix('[')?.strip_suffix(']'))
+}
+
 /// Exit status for an error that ends the program.
 pub fn exit_code_for(error: &anyhow::Error) -> u8 {
     error
         .chain()
         .find_map(|cause| cause.downcast_ref::<Unsupported>())
         .map_or(exit_status::FAILURE, Unsupported::exit_code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_level_in_force_is_the_bracketed_one() {
+        assert_eq!(
+            lockdown_in_force("none integrity [confidentiality]\n"),
+            Some("confidentiality")
+        );
+        assert_eq!(
+            lockdown_in_force("[none] integrity confidentiality\n"),
+            Some("none")
+        );
+        assert_eq!(lockdown_in_force(""), None);
+    }
+
+    #[test]
+    fn lockdown_is_one_line_with_its_own_status() {
+        let error = anyhow::Error::from(Unsupported::LockedDown);
+        assert_eq!(exit_code_for(&error), exit_status::LOCKED_DOWN);
+        let text = error.to_string();
+        assert!(!text.contains('\n'));
+        assert!(text.contains("`gpu-trace check` still works"), "{text}");
+    }
 }

@@ -12,6 +12,9 @@ pub const NOT_ROOT: u8 = 3;
 pub const NO_CGROUP2: u8 = 4;
 pub const KERNEL_TOO_OLD: u8 = 5;
 pub const HOOK_REFUSED: u8 = 6;
+/// The kernel is in lockdown (confidentiality): no hook that reads kernel
+/// memory may load.
+pub const LOCKED_DOWN: u8 = 7;
 /// `run`: the command exists but cannot be executed (as a shell says).
 pub const COMMAND_NOT_EXECUTABLE: u8 = 126;
 /// `run`: the command was not found (as a shell says).

@@ -11,6 +11,7 @@ mod common;
 mod device_hook_only;
 mod hooks;
 mod hostile;
+mod lockdown;
 mod lxc;
 mod policy;
 mod run;

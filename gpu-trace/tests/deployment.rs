@@ -134,3 +134,115 @@ fn the_network_policy_lets_only_prometheus_reach_the_metrics() {
         Some("prometheus")
     );
 }
+
+#[path = "support/promtool.rs"]
+mod promtool;
+
+fn contrib_dir(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../contrib")
+        .join(dir)
+}
+
+/// promtool's verdict, with its output on failure.
+fn assert_promtool_passes(promtool: &PathBuf, args: &[&str], dir: &std::path::Path) {
+    let out = std::process::Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_their_unit_tests() {
+    let Some(promtool) = promtool::promtool("the_alert_rules_pass_promtool") else {
+        return;
+    };
+    let dir = contrib_dir("prometheus");
+    assert_promtool_passes(&promtool, &["check", "rules", "gpu-trace-rules.yaml"], &dir);
+    assert_promtool_passes(
+        &promtool,
+        &["test", "rules", "gpu-trace-rules.test.yaml"],
+        &dir,
+    );
+    // Every alert has a unit test that expects it to fire.
+    let rules = YamlLoader::load_from_str(&contrib("prometheus/gpu-trace-rules.yaml")).unwrap();
+    let tests = contrib("prometheus/gpu-trace-rules.test.yaml");
+    for rule in rules[0]["groups"][0]["rules"].as_vec().expect("rules") {
+        let alert = rule["alert"].as_str().expect("an alert");
+        assert!(
+            tests.contains(&format!(
+                "alertname: {alert}\n        exp_alerts:\n          - "
+            )),
+            "no test makes {alert} fire"
+        );
+    }
+}
+
+/// The metrics `watch --metrics` exports (docs/watch.md#metrics).
+const EXPORTED: [&str; 6] = [
+    "gpu_trace_denied_total",
+    "gpu_trace_problems_total",
+    "gpu_trace_events_total",
+    "gpu_trace_events_lost_total",
+    "gpu_trace_hook_attached",
+    "gpu_trace_build_info",
+];
+
+/// Every `expr` of the dashboard's panels, with Grafana's variables
+/// replaced by what they stand for at query time.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&contrib("grafana/gpu-trace.json")).expect("dashboard JSON");
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().expect("title");
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let promql = expr
+                .replace("$__rate_interval", "5m")
+                .replace("$__range", "1h")
+                .replace("$instance", ".*");
+            assert!(!promql.contains('$'), "{title}: unknown variable in {expr}");
+            queries.push((title.to_string(), promql));
+        }
+    }
+    queries
+}
+
+#[test]
+fn every_dashboard_query_is_valid_promql_over_the_exported_metrics() {
+    let queries = dashboard_queries();
+    let mut used = std::collections::BTreeSet::new();
+    for (title, promql) in &queries {
+        for word in promql.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("gpu_trace_") {
+                assert!(EXPORTED.contains(&word), "{title}: {word} is not exported");
+                used.insert(word);
+            }
+        }
+    }
+    // The panels the dashboard promises: denials by container and device,
+    // causes, lost events, hooks, build info.
+    assert_eq!(used.len(), EXPORTED.len(), "unused: {used:?}");
+    let Some(promtool) = promtool::promtool("every_dashboard_query_is_valid_promql") else {
+        return;
+    };
+    // Each query as a recording rule, which promtool parses and checks.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, (_, promql)) in queries.iter().enumerate() {
+        rules.push_str(&format!(
+            "      - record: dashboard:panel_{i}\n        expr: {}\n",
+            serde_json::to_string(promql).expect("quoted")
+        ));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    fs::write(dir.path().join("dashboard.yaml"), rules).expect("write rules");
+    assert_promtool_passes(&promtool, &["check", "rules", "dashboard.yaml"], dir.path());
+}

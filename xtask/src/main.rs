@@ -13,6 +13,7 @@ use std::{
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
+mod promtool;
 mod vm_test;
 
 /// Debian packages the eBPF build needs: rustc-web ships a precompiled `core`
@@ -198,8 +199,25 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
         ]))?;
         dependency_policy()?;
     }
+    // promtool checks the alert rules, the dashboard's queries and a live /metrics.
+    let promtool = match promtool::promtool() {
+        Ok(path) => path,
+        Err(e) if !is_root() => {
+            eprintln!("xtask: no promtool ({e:#}): the Prometheus tests will say they skip");
+            PathBuf::new()
+        }
+        Err(e) => return Err(e),
+    };
     // Unit tests: no privileges needed.
-    run_checked(Command::new(cargo()).args(["test", "--lib", "--bins", "--test", "deployment"]))?;
+    run_checked(
+        Command::new(cargo())
+            .args(["test", "--lib", "--bins", "--test", "deployment"])
+            .env(promtool::ENV, &promtool)
+            .env(
+                "GPU_TRACE_REQUIRE_KERNEL_TESTS",
+                if env::var_os("CI").is_some() { "1" } else { "" },
+            ),
+    )?;
     fuzz(CI_FUZZ_SECONDS)?;
     // The Debian package: built, installed, used from PATH, removed.
     if is_root() {
@@ -215,6 +233,7 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
         Command::new(cargo())
             .args(KERNEL_TESTS)
             .args(["--", "--test-threads=1"])
+            .env(promtool::ENV, &promtool)
             // In CI, a kernel test that skips is a failure.
             .env(
                 "GPU_TRACE_REQUIRE_KERNEL_TESTS",

@@ -28,6 +28,12 @@ struct DeniedLabels {
     access: String,
 }
 
+/// One per cause of the catalogue: a fixed set, so no cap.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HookLabels {
     hook: String,
@@ -60,6 +66,7 @@ pub struct Metrics {
     max_series: usize,
     /// Label sets of `denied` made so far (Family does not say).
     series: AtomicUsize,
+    causes: Family<CauseLabels, Counter>,
     events: Counter,
     lost: Counter,
     registry: Arc<Registry>,
@@ -73,6 +80,12 @@ impl Metrics {
             "gpu_trace_denied",
             "Denied GPU device accesses",
             denied.clone(),
+        );
+        let causes = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "gpu_trace_problems",
+            "Denied or failed device opens with a diagnosis, by cause",
+            causes.clone(),
         );
         let events = Counter::default();
         registry.register(
@@ -113,6 +126,7 @@ impl Metrics {
             .set(1);
         Self {
             denied,
+            causes,
             max_series,
             series: AtomicUsize::new(0),
             events,
@@ -123,6 +137,13 @@ impl Metrics {
 
     pub fn observe(&self, record: &Record) {
         self.events.inc();
+        if let Some(diagnosis) = &record.diagnosis {
+            self.causes
+                .get_or_create(&CauseLabels {
+                    cause: diagnosis.cause.id(),
+                })
+                .inc();
+        }
         let a = &record.access;
         if a.verdict.is_denied() {
             let labels = DeniedLabels {

@@ -22,6 +22,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use tokio::sync::Semaphore;
 
+use crate::stream::metrics_format;
+
 /// Open connections served at once; a Prometheus server needs one.
 pub const MAX_CONNECTIONS: usize = 32;
 /// From accepting a connection to having read a request's headers.
@@ -82,11 +84,20 @@ async fn respond(
     let response = if request.method() == Method::GET && request.uri().path() == "/metrics" {
         let mut body = String::new();
         let _ = encode(&mut body, &registry);
-        Response::builder()
-            .header(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        let accept = request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        let (content_type, body) = if metrics_format::wants_openmetrics(accept) {
+            (metrics_format::OPENMETRICS, body)
+        } else {
+            (
+                metrics_format::CLASSIC_TEXT,
+                metrics_format::classic_text(&body),
             )
+        };
+        Response::builder()
+            .header(header::CONTENT_TYPE, content_type)
             .body(Full::from(body))
     } else {
         Response::builder()

@@ -4,6 +4,7 @@
 pub mod filter;
 pub mod fold;
 pub mod metrics;
+pub mod metrics_format;
 pub mod metrics_server;
 pub mod pacing;
 pub mod ring_events;

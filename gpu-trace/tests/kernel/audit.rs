@@ -321,6 +321,38 @@ fn metrics_count_every_denial_over_http() {
     };
     assert_eq!(denied, DENIALS as f64);
     assert_eq!(lost, Some(0.0));
+    // Each denial is counted under the cause its event was given.
+    let events = watcher.wait_for_events(child.pid, 1);
+    let cause = events[0]["cause"].as_str().expect("a cause");
+    let body = scrape(&addr);
+    let by_cause = format!("gpu_trace_problems_total{{cause=\"{cause}\"}} {DENIALS}");
+    assert!(body.lines().any(|l| l == by_cause), "{by_cause}: {body}");
+    // Every metric the alert rules and the dashboard query is really served.
+    for file in [
+        include_str!("../../../contrib/prometheus/gpu-trace-rules.yaml"),
+        include_str!("../../../contrib/grafana/gpu-trace.json"),
+    ] {
+        for name in file
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("gpu_trace_"))
+        {
+            assert!(
+                body.lines()
+                    .any(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{'])),
+                "{name} is queried but not served: {body}"
+            );
+        }
+    }
+    // What a plain scraper gets passes Prometheus's own linter.
+    if let Some(promtool) = crate::promtool::promtool("metrics pass promtool check metrics") {
+        let checked = crate::promtool::run(&promtool, &["check", "metrics"], &body);
+        assert!(
+            checked.status.success(),
+            "promtool check metrics: {}{}\n{body}",
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
     let (status, _) = watcher.stop();
     assert!(status.success());
 }

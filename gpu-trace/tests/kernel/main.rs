@@ -14,6 +14,8 @@ mod hostile;
 mod lockdown;
 mod lxc;
 mod policy;
+#[path = "../support/promtool.rs"]
+mod promtool;
 mod run;
 mod runc;
 mod watch;

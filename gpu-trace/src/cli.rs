@@ -8,6 +8,7 @@ use crate::{
     host::proc_devices::CharMajors,
     kernel::{device_hook::HookChoice, tracer::TracerConfig},
     render::output::Format,
+    text::style::ColorWhen,
 };
 
 #[derive(Debug, Parser)]
@@ -16,11 +17,16 @@ use crate::{
     version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GPU_TRACE_COMMIT"), ")"),
     about = "Shows denied GPU device accesses live: which device policy refused which device for which cgroup",
     after_help = "Exit status: 0 ok, 1 failure (selftest FAIL, runtime error), 2 usage error, \
-3 not root, 4 no cgroup2 mount, 5 kernel older than 5.8, 6 a required hook refused by the kernel."
+3 not root, 4 no cgroup2 mount, 5 kernel older than 5.8, 6 a required hook refused by the kernel, \
+7 kernel in lockdown (confidentiality)."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour human output: auto (a terminal that shows colour; NO_COLOR turns it off,
+    /// CLICOLOR_FORCE on), always or never. Files, pipes and JSON get none in auto.
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    pub color: ColorWhen,
 }
 
 #[derive(Debug, Subcommand)]
@@ -61,6 +67,20 @@ EXAMPLES:
     gpu-trace check --cgroup /system.slice/ollama.service"
     )]
     Check(CheckArgs),
+    /// Add up watch's JSON logs: totals, top containers, devices and causes, problems per hour.
+    #[command(
+        after_help = "Reads JSON lines written by `gpu-trace watch` (plain or gzip'd, as \
+logrotate leaves them; `-` or no LOG: stdin). Counts are sums of each record's `count`, so folded \
+repeats weigh what they stand for. Lines that are not watch's records are counted and skipped. \
+Needs no privileges. Exit status: 0, or 1 when a LOG cannot be read.
+
+EXAMPLES:
+    gpu-trace summary /var/log/gpu-trace/denied.jsonl*
+    gpu-trace summary --since 24h /var/log/gpu-trace/denied.jsonl
+    gpu-trace summary --since 2026-11-01 --until 2026-12-01 --format json denied.jsonl*
+    journalctl -u gpu-trace -o cat | gpu-trace summary"
+    )]
+    Summary(SummaryArgs),
     /// Reproduce the nvidia-uvm incident in a scratch cgroup and show the tracer catching it.
     #[command(
         after_help = "Needs root and no GPU. Prints PASS (exit 0) or FAIL with the reason (exit 1).
@@ -202,6 +222,24 @@ pub struct CheckArgs {
     pub container: Option<String>,
     #[arg(short, long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct SummaryArgs {
+    /// Only records last seen at or after TIME: RFC 3339, a date (UTC), or an age (30m, 24h, 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only records last seen before TIME (same forms as --since).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// How many containers, devices and causes to list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    #[arg(short, long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// watch's logs (JSON lines, plain or gzip'd); `-` or none: stdin.
+    #[arg(value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
 }
 
 /// Which devices to watch; shared by the commands that trace.

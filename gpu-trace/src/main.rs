@@ -12,6 +12,7 @@ use gpu_trace::{
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli.color.make_global();
     let passed = |ok: bool| {
         if ok {
             ExitCode::SUCCESS
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
             ExitCode::from,
         )),
 
+        Command::Summary(args) => commands::summary::run(args).map(|()| ExitCode::SUCCESS),
         Command::Selftest(args) => commands::selftest::run(args).map(passed),
         Command::Probe { ops } => scenario::probe_main(&ops).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {

@@ -68,8 +68,9 @@ const BUSYBOX: &str = "/bin/busybox";
 /// Host tools the kernel tests call whose busybox forms fall short: a test
 /// drops to nobody with util-linux's `setpriv --reuid`, and the hostile-name
 /// tests paste suggested commands into bash (its not-found handler stubs
-/// every program out; busybox's ash has none).
-const HOST_TOOLS: [&str; 2] = ["/usr/bin/setpriv", "/usr/bin/bash"];
+/// every program out; busybox's ash has none), and the colour test runs
+/// watch on a pseudo-terminal with util-linux's `script`.
+const HOST_TOOLS: [&str; 3] = ["/usr/bin/setpriv", "/usr/bin/bash", "/usr/bin/script"];
 const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Static, since the guest has no libc, and without debug info, for a small
 /// initramfs. With an explicit --target, RUSTFLAGS reaches only the target's

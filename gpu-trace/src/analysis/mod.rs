@@ -6,6 +6,7 @@ pub mod access_check;
 pub mod attribute;
 pub mod diagnose;
 pub mod enrich;
+pub mod log_summary;
 pub mod pipeline;
 pub mod policy_source;
 #[cfg(test)]

@@ -27,7 +27,7 @@ use crate::{
         check_report::{write_human, CheckReport, DevicesListReport},
         output::Format,
     },
-    text::json,
+    text::{json, style},
 };
 
 /// Returns the exit status: 0 usable, 1 not (2, on error, is the caller's).
@@ -79,7 +79,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let mut out = io::stdout().lock();
     match args.format {
         Format::Json => writeln!(out, "{}", json::to_string(&report))?,
-        Format::Human => write_human(&mut out, &report)?,
+        Format::Human => write_human(&mut out, &report, style::paints(&io::stdout()))?,
     }
     Ok(if usable {
         exit_status::OK

@@ -3,4 +3,5 @@
 pub mod check;
 pub mod run;
 pub mod selftest;
+pub mod summary;
 pub mod watch;

@@ -40,7 +40,7 @@ use crate::{
         run_report::Report,
     },
     stream::ring_events::{event_loop_runtime, RingEvents},
-    text::{json, terminal::escape},
+    text::{json, style, terminal::escape},
 };
 
 /// Runs the command and returns the status gpu-trace should exit with.
@@ -76,7 +76,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut err = io::stderr().lock();
     match args.format {
         Format::Human => {
-            report.write_human(&mut err, &command_text, &describe_status(status))?;
+            report.write_human(
+                &mut err,
+                &command_text,
+                &describe_status(status),
+                style::paints(&io::stderr()),
+            )?;
             if lost > 0 {
                 writeln!(err, "gpu-trace: {lost} events were lost (ring buffer full); the report may be incomplete")?;
             }
@@ -147,12 +152,13 @@ async fn trace_command(
     let mut ring = RingEvents::register(tracer)?;
     let mut report = Report::default();
     // How many it handed over (`limit`: more may wait; see Tracer::drain).
+    let paint = style::paints(&io::stderr());
     let mut stream = |tracer: &mut Tracer, limit: usize| {
         let mut err = io::stderr().lock();
         tracer.drain(limit, |access| {
             let record = pipeline.process(access);
             if record.access.verdict.is_problem() {
-                let _ = write_record(&mut err, args.format, &record);
+                let _ = write_record(&mut err, args.format, paint, &record);
                 report.add(&record);
             }
         })

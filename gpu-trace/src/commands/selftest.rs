@@ -219,7 +219,7 @@ fn print_records(records: &[Record]) {
     println!("  what the tracer reported:");
     let mut out = std::io::stdout().lock();
     for record in records {
-        let _ = write_human(&mut out, record, "    ");
+        let _ = write_human(&mut out, record, "    ", false);
     }
 }
 

@@ -25,6 +25,7 @@ use crate::{
         ring_events::{event_loop_runtime, RingEvents},
         sink::Sink,
     },
+    text::style,
 };
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,
@@ -65,6 +66,8 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         folder: Folder::new(args.fold, args.budget()),
         sink: &mut sink,
         format: args.format(),
+        // Colour only on stdout, and only where it is a terminal that shows it.
+        paint: args.output.is_none() && style::paints(&std::io::stdout()),
         metrics: metrics.as_ref(),
         tally: Tally::default(),
     };
@@ -94,6 +97,7 @@ struct Flow<'a> {
     folder: Folder,
     sink: &'a mut Sink,
     format: Format,
+    paint: bool,
     metrics: Option<&'a Metrics>,
     tally: Tally,
 }
@@ -111,7 +115,7 @@ impl Flow<'_> {
             }
             if self.filter.accepts(&record) {
                 if let Some(record) = self.folder.admit(record) {
-                    let _ = write_record(self.sink.line_buffer(), self.format, &record);
+                    let _ = write_record(self.sink.line_buffer(), self.format, self.paint, &record);
                 }
             }
         });
@@ -122,7 +126,7 @@ impl Flow<'_> {
     /// Writes the folded records whose window closed (all of them at the end).
     fn write_folded(&mut self, everything: bool) -> anyhow::Result<()> {
         for record in self.folder.due(everything) {
-            let _ = write_record(self.sink.line_buffer(), self.format, &record);
+            let _ = write_record(self.sink.line_buffer(), self.format, self.paint, &record);
         }
         self.flush()
     }

@@ -1,9 +1,10 @@
-//! What the host's files say: mountinfo, /proc/devices, /proc/PID, tracefs,
+//! What the host's files say: mountinfo, /proc/devices, /proc/PID, tracefs, watch's logs,
 //! the kernel's BTF, and whether the host can run gpu-trace at all.
 
 pub mod clock;
 pub mod in_root;
 pub mod kernel_btf;
+pub mod log_files;
 pub mod mountinfo;
 pub mod preflight;
 pub mod proc_devices;

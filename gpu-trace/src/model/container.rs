@@ -1,8 +1,8 @@
 //! The container an access came from, as the cgroup path names it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Runtime {
     Lxc,
@@ -29,7 +29,8 @@ impl Runtime {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Read back from watch's logs by `summary`, so serialized and read alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Container {
     pub runtime: Runtime,
     /// LXC name or Proxmox CT id, container id, unit name, or the cgroup path.
@@ -37,7 +38,7 @@ pub struct Container {
     /// Human name when known: Proxmox hostname, Docker name, unescaped unit.
     pub name: Option<String>,
     /// Kubernetes pod UID, when the path carries one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
     /// The cgroup (relative to the cgroup2 mount) where the container starts.
     pub cgroup: String,

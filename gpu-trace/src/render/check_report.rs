@@ -6,8 +6,10 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::{
-    analysis::access_check::View, kernel::programs_in_force::PolicyProgram,
-    model::container::Container, text::terminal::TerminalLines,
+    analysis::access_check::View,
+    kernel::programs_in_force::PolicyProgram,
+    model::container::Container,
+    text::{style, terminal::TerminalLines},
 };
 
 #[derive(Debug, Serialize)]
@@ -30,8 +32,9 @@ pub struct DevicesListReport {
     pub lines: Vec<String>,
 }
 
-pub fn write_human(out: &mut impl Write, report: &CheckReport) -> io::Result<()> {
-    let mut out = TerminalLines::new(out);
+/// `paint`: colour the problems and the result (text/style.rs).
+pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> io::Result<()> {
+    let mut out = TerminalLines::painted(out, paint);
     let pid = report.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
     out.line(format_args!(
         "gpu-trace check: cgroup {} ({}){pid}",
@@ -94,15 +97,26 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport) -> io::Result<()>
         }
     ))?;
     for problem in &report.problems {
-        out.line(format_args!("problem: {problem}"))?;
+        out.parts(&[
+            (Some(style::FAILED), "problem:"),
+            (None, " "),
+            (None, problem),
+        ])?;
     }
     if report.usable {
-        out.line(format_args!(
-            "result: usable: nvidiactl, nvidia-uvm and a GPU node are present, current and allowed"
-        ))
+        out.parts(&[
+            (None, "result: "),
+            (Some(style::ALLOWED), "usable"),
+            (
+                None,
+                ": nvidiactl, nvidia-uvm and a GPU node are present, current and allowed",
+            ),
+        ])
     } else {
-        out.line(format_args!(
-            "result: NOT usable for CUDA (see the problems above)"
-        ))
+        out.parts(&[
+            (None, "result: "),
+            (Some(style::DENIED), "NOT usable"),
+            (None, " for CUDA (see the problems above)"),
+        ])
     }
 }

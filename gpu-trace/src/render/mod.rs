@@ -5,3 +5,4 @@ pub mod announce;
 pub mod check_report;
 pub mod output;
 pub mod run_report;
+pub mod summary_report;

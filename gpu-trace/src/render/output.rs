@@ -20,7 +20,7 @@ use crate::{
         rendered::Rendered,
     },
     text::{
-        json,
+        json, style,
         terminal::{printable, TerminalLines},
     },
 };
@@ -33,9 +33,15 @@ pub enum Format {
     Json,
 }
 
-pub fn write_record(out: &mut impl Write, format: Format, record: &Record) -> io::Result<()> {
+/// `paint`: colour the human line's verdict and fix (text/style.rs).
+pub fn write_record(
+    out: &mut impl Write,
+    format: Format,
+    paint: bool,
+    record: &Record,
+) -> io::Result<()> {
     match format {
-        Format::Human => write_human(out, record, ""),
+        Format::Human => write_human(out, record, "", paint),
         Format::Json => {
             json::write(&mut *out, &JsonRecord::from(record))?;
             out.write_all(b"\n")
@@ -53,25 +59,41 @@ pub fn record_json(record: &Record) -> serde_json::Value {
 }
 
 /// The event's line and, when diagnosed, its fix line, each after `indent`.
-pub fn write_human(out: &mut impl Write, record: &Record, indent: &str) -> io::Result<()> {
-    let mut lines = TerminalLines::new(out);
-    lines.line(format_args!("{indent}{}", human_line(record)))?;
+pub fn write_human(
+    out: &mut impl Write,
+    record: &Record,
+    indent: &str,
+    paint: bool,
+) -> io::Result<()> {
+    let mut lines = TerminalLines::painted(out, paint);
+    let time: DateTime<Local> = record.time.into();
+    let (verdict, style) = match (record.kind, record.access.verdict) {
+        (RecordKind::Summary { .. }, _) => ("SUMMARY", style::SUMMARY),
+        (_, Verdict::Allowed) => ("allowed", style::ALLOWED),
+        (_, Verdict::FailedBeforeDeviceCheck) => ("FAILED ", style::FAILED),
+        _ => ("DENIED ", style::DENIED),
+    };
+    let head = format!("{indent}{}  ", time.format("%H:%M:%S%.3f"));
+    lines.parts(&[
+        (None, &head),
+        (Some(style), verdict),
+        (None, &human_line(record)),
+    ])?;
     if let Some(diagnosis) = &record.diagnosis {
-        lines.line(format_args!("{indent}        fix: {}", diagnosis.hint))?;
+        let label = format!("fix ({}):", diagnosis.cause.id());
+        lines.parts(&[
+            (None, &format!("{indent}        ")),
+            (Some(style::FIX), &label),
+            (None, " "),
+            (None, &diagnosis.hint),
+        ])?;
     }
     Ok(())
 }
 
-/// The event on one line, before terminal escaping.
+/// The event on one line after its time and verdict, before terminal escaping.
 fn human_line(record: &Record) -> String {
     let a = &record.access;
-    let time: DateTime<Local> = record.time.into();
-    let verdict = match (record.kind, a.verdict) {
-        (RecordKind::Summary { .. }, _) => "SUMMARY",
-        (_, Verdict::Allowed) => "allowed",
-        (_, Verdict::FailedBeforeDeviceCheck) => "FAILED ",
-        _ => "DENIED ",
-    };
     let device = if a.device_seen {
         format!(
             "{} {} {}:{} {}",
@@ -104,8 +126,7 @@ fn human_line(record: &Record) -> String {
         _ => format!("{}  ", record.container.label()),
     };
     let mut line = format!(
-        "{time}  {verdict}  {container}pid {pid} tid {tid} {comm} uid {uid}  cgroup {cgroup}  {device}  {path}  {result}",
-        time = time.format("%H:%M:%S%.3f"),
+        "  {container}pid {pid} tid {tid} {comm} uid {uid}  cgroup {cgroup}  {device}  {path}  {result}",
         pid = a.pid,
         tid = a.tid,
         comm = printable(&a.comm),
@@ -352,7 +373,7 @@ mod tests {
 
     fn json_of(record: &Record) -> (String, serde_json::Value) {
         let mut out = Vec::new();
-        write_record(&mut out, Format::Json, record).expect("write");
+        write_record(&mut out, Format::Json, false, record).expect("write");
         let text = String::from_utf8(out).expect("JSON output is UTF-8");
         let value = serde_json::from_str(text.trim_end()).expect("parses as JSON");
         (text, value)
@@ -397,7 +418,10 @@ mod tests {
 
     #[test]
     fn human_line_escapes_control_and_invalid_bytes() {
-        let line = human_line(&record(b"a\nb", b"/x\ty\xff"));
+        let mut out = Vec::new();
+        write_human(&mut out, &record(b"a\nb", b"/x\ty\xff"), "", false).expect("write");
+        let line = String::from_utf8(out).expect("UTF-8");
+        let line = line.strip_suffix('\n').expect("one line");
         assert!(
             !line.contains('\n') && !line.contains('\t'),
             "no diagnosis, one line: {line}"
@@ -431,7 +455,7 @@ mod tests {
             vec![format!("fix {cgroup}")],
         )));
         let mut out = Vec::new();
-        write_record(&mut out, Format::Human, &r).expect("write");
+        write_record(&mut out, Format::Human, false, &r).expect("write");
         let text = String::from_utf8(out).expect("UTF-8");
         assert_eq!(text.lines().count(), 2, "event and fix: {text:?}");
         assert!(

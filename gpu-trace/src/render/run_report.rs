@@ -9,7 +9,10 @@ use serde_json::{json, Value};
 use crate::{
     model::record::Record,
     render::output::{errno_name, record_json},
-    text::terminal::{printable, TerminalLines},
+    text::{
+        style,
+        terminal::{printable, TerminalLines},
+    },
 };
 
 /// What makes two problems the same one.
@@ -67,8 +70,15 @@ impl Report {
         self.problems.is_empty()
     }
 
-    pub fn write_human(&self, out: &mut impl Write, command: &str, status: &str) -> io::Result<()> {
-        let mut out = TerminalLines::new(out);
+    /// `paint`: colour the verdicts, causes and fixes (text/style.rs).
+    pub fn write_human(
+        &self,
+        out: &mut impl Write,
+        command: &str,
+        status: &str,
+        paint: bool,
+    ) -> io::Result<()> {
+        let mut out = TerminalLines::painted(out, paint);
         out.line(format_args!("gpu-trace: `{command}` {status}"))?;
         if self.problems.is_empty() {
             return out.line(format_args!(
@@ -82,10 +92,10 @@ impl Report {
         ))?;
         for (i, (record, count)) in self.problems.iter().enumerate() {
             let a = &record.access;
-            let verdict = if a.verdict.is_denied() {
-                "DENIED"
+            let (verdict, verdict_style) = if a.verdict.is_denied() {
+                ("DENIED", style::DENIED)
             } else {
-                "FAILED"
+                ("FAILED", style::FAILED)
             };
             let path = a
                 .open
@@ -108,20 +118,35 @@ impl Report {
                 .and_then(|o| o.errno())
                 .map(errno_name)
                 .unwrap_or_default();
-            out.line(format_args!(
-                "  {}. {verdict} x{count}  {path}  {device}  {errno}  in {}",
-                i + 1,
-                record.container.label()
-            ))?;
+            out.parts(&[
+                (None, &format!("  {}. ", i + 1)),
+                (Some(verdict_style), verdict),
+                (
+                    None,
+                    &format!(
+                        " x{count}  {path}  {device}  {errno}  in {}",
+                        record.container.label()
+                    ),
+                ),
+            ])?;
             if let Some(diagnosis) = &record.diagnosis {
-                out.line(format_args!(
-                    "     cause ({}): {}",
-                    diagnosis.cause.id(),
-                    diagnosis.explanation
-                ))?;
+                out.parts(&[
+                    (None, "     "),
+                    (
+                        Some(style::CAUSE),
+                        &format!("cause ({}):", diagnosis.cause.id()),
+                    ),
+                    (None, " "),
+                    (None, &diagnosis.explanation),
+                ])?;
                 for (j, step) in diagnosis.fix.iter().enumerate() {
                     let label = if j == 0 { "fix:" } else { "    " };
-                    out.line(format_args!("     {label} {step}"))?;
+                    out.parts(&[
+                        (None, "     "),
+                        (Some(style::FIX), label),
+                        (None, " "),
+                        (None, step),
+                    ])?;
                 }
             }
         }

@@ -10,6 +10,8 @@ use std::{
     io::{self, Write},
 };
 
+use anstyle::Style;
+
 /// Characters that are not controls yet change how a line is displayed,
 /// or show nothing at all: tag characters and variation selectors can carry
 /// a hidden message inside a name that looks harmless.
@@ -66,11 +68,34 @@ pub fn printable(bytes: &[u8]) -> String {
 /// it is written, so no field of it can reach the terminal raw.
 pub struct TerminalLines<'a, W: Write> {
     out: &'a mut W,
+    /// Colour the styled parts (text/style.rs decides).
+    paint: bool,
 }
 
 impl<'a, W: Write> TerminalLines<'a, W> {
     pub fn new(out: &'a mut W) -> Self {
-        Self { out }
+        Self { out, paint: false }
+    }
+
+    /// Styled parts get their colour (`parts`); plain lines are the same.
+    pub fn painted(out: &'a mut W, paint: bool) -> Self {
+        Self { out, paint }
+    }
+
+    /// One line made of parts, each escaped on its own; a styled part is
+    /// wrapped in its colour and a reset when painting. The escaping comes
+    /// first, so nothing inside a part can end or forge a colour.
+    pub fn parts(&mut self, parts: &[(Option<Style>, &str)]) -> io::Result<()> {
+        for (style, text) in parts {
+            let text = escape(text);
+            match style {
+                Some(style) if self.paint => {
+                    write!(self.out, "{}{text}{}", style.render(), style.render_reset())?
+                }
+                _ => self.out.write_all(text.as_bytes())?,
+            }
+        }
+        self.out.write_all(b"\n")
     }
 
     /// Writes one line (any newline inside it is escaped) and a newline.
@@ -121,6 +146,35 @@ mod tests {
     #[test]
     fn bytes_keep_invalid_utf8_visible() {
         assert_eq!(printable(b"/x\ty\xff\x1b"), "/x\\ty\\xff\\u{1b}");
+    }
+
+    #[test]
+    fn colour_wraps_escaped_parts_and_only_when_painting() {
+        let style = crate::text::style::DENIED;
+        let parts = [(None, "pid 1 "), (Some(style), HOSTILE), (None, " end")];
+        let mut plain = Vec::new();
+        TerminalLines::new(&mut plain).parts(&parts).expect("write");
+        let plain = String::from_utf8(plain).expect("UTF-8");
+        assert!(!plain.contains('\u{1b}'), "{plain:?}");
+        assert_eq!(plain, format!("pid 1 {} end\n", escape(HOSTILE)));
+
+        let mut painted = Vec::new();
+        TerminalLines::painted(&mut painted, true)
+            .parts(&parts)
+            .expect("write");
+        let painted = String::from_utf8(painted).expect("UTF-8");
+        // Our two sequences around the escaped text, and no other ESC at all.
+        let want = format!(
+            "pid 1 {}{}{} end\n",
+            style.render(),
+            escape(HOSTILE),
+            style.render_reset()
+        );
+        assert_eq!(painted, want);
+        let ours = painted
+            .replace(&style.render().to_string(), "")
+            .replace(&style.render_reset().to_string(), "");
+        assert!(!ours.contains('\u{1b}'), "{painted:?}");
     }
 
     #[test]

@@ -534,3 +534,112 @@ fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
         "every event written or counted as not written: {summary}"
     );
 }
+
+/// `gpu-trace summary --format json ARGS`, `stdin` fed to it.
+fn summary_json(args: &[&str], stdin: &[u8]) -> Value {
+    use std::io::Write;
+    let mut child = std::process::Command::new(gpu_trace())
+        .args(["summary", "--format", "json"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run summary");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("feed summary");
+    let out = child.wait_with_output().expect("summary output");
+    assert!(out.status.success(), "summary {args:?}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
+    let Some(host) = kernel_test("summary_adds_up_real_logs") else {
+        return;
+    };
+    let incident = Incident::new(&host, "summary");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("denied.jsonl");
+    let rotated = dir.path().join("denied.jsonl.1.gz");
+    let major = incident.uvm_major.to_string();
+    // Two runs of watch, the first log rotated and compressed as logrotate does.
+    for (denials, rotate) in [(300, true), (200, false)] {
+        let watcher = Watcher::start(&[
+            "--output",
+            log.to_str().expect("utf-8"),
+            "--fold",
+            "1s",
+            "--major",
+            &major,
+        ]);
+        let ops = vec![incident.open_rw("nvidia-uvm"); denials];
+        let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
+        assert!(child.results.iter().all(|&r| r == libc::EPERM));
+        let (status, stderr) = watcher.stop();
+        assert!(status.success());
+        assert!(stderr.iter().any(|l| l.contains("lost 0")), "{stderr:#?}");
+        if rotate {
+            let text = fs::read(&log).expect("read log");
+            let mut gz = flate2::write::GzEncoder::new(
+                fs::File::create(&rotated).expect("create"),
+                flate2::Compression::default(),
+            );
+            std::io::Write::write_all(&mut gz, &text).expect("compress");
+            gz.finish().expect("finish");
+            fs::remove_file(&log).expect("rotate");
+        }
+    }
+    let both = summary_json(
+        &[
+            rotated.to_str().expect("utf-8"),
+            log.to_str().expect("utf-8"),
+        ],
+        b"",
+    );
+    assert_eq!(both["problems"], 500, "{both:#}");
+    assert_eq!(both["denied"], 500, "{both:#}");
+    assert_eq!(both["malformed"], 0, "{both:#}");
+    let containers = both["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "{both:#}");
+    assert_eq!(containers[0]["count"], 500);
+    let first_record: Value = serde_json::from_str(
+        fs::read_to_string(&log)
+            .expect("read log")
+            .lines()
+            .next()
+            .expect("a record"),
+    )
+    .expect("JSON");
+    assert_eq!(both["causes"][0]["name"], first_record["cause"], "{both:#}");
+    assert_eq!(both["causes"][0]["count"], 500);
+    assert_eq!(
+        both["devices"][0]["name"],
+        format!("nvidia-uvm (c {major}:0)").as_str()
+    );
+    let hours: u64 = both["hours"]
+        .as_array()
+        .expect("hours")
+        .iter()
+        .map(|h| h["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(hours, 500);
+
+    // From stdin, with a torn line and junk: counted, skipped, never fatal.
+    let mut piped = fs::read(&log).expect("read log");
+    piped.extend_from_slice(b"{\"kind\":\"event\",\"cou\nnot json at all\n");
+    let stdin = summary_json(&[], &piped);
+    assert_eq!(stdin["problems"], 200, "{stdin:#}");
+    assert_eq!(stdin["malformed"], 2, "{stdin:#}");
+
+    // A period after the logs: nothing in it, every record outside.
+    let later = summary_json(
+        &["--since", "2999-01-01", log.to_str().expect("utf-8")],
+        b"",
+    );
+    assert_eq!(later["problems"], 0);
+    assert_eq!(later["outside_period"], later["lines"]);
+}

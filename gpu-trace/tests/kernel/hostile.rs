@@ -154,7 +154,8 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
     }
     let fixes: Vec<&str> = human_lines
         .iter()
-        .filter_map(|l| l.trim_start().strip_prefix("fix: "))
+        .filter_map(|l| l.trim_start().strip_prefix("fix (")?.split_once("): "))
+        .map(|(_cause, fix)| fix)
         .collect();
     assert_eq!(fixes.len(), 2, "{human_lines:#?}");
     assert!(

@@ -57,6 +57,81 @@ fn systemd_unit_runs_watch_with_output_and_metrics_and_restarts() {
     );
     assert_eq!(get("Restart"), Some("on-failure"));
     assert_eq!(get("ExecReload"), Some("/bin/kill -HUP $MAINPID"));
+    // The sandbox: where it may write, what it may do.
+    for (key, value) in [
+        ("LogsDirectory", "gpu-trace"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("MemoryMax", "256M"),
+        (
+            "CapabilityBoundingSet",
+            "CAP_BPF CAP_PERFMON CAP_NET_ADMIN CAP_SYS_ADMIN CAP_SYS_RESOURCE CAP_SYS_PTRACE CAP_DAC_READ_SEARCH",
+        ),
+    ] {
+        assert_eq!(get(key), Some(value), "{key}");
+    }
+}
+
+/// The unit with its ExecStart pointed at the binary under test, in a
+/// fresh directory, for systemd-analyze (which wants the binary to exist).
+fn unit_for_analysis() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let unit = dir.path().join("gpu-trace.service");
+    let text =
+        contrib("gpu-trace.service").replace("/usr/bin/gpu-trace", env!("CARGO_BIN_EXE_gpu-trace"));
+    fs::write(&unit, text).expect("write unit");
+    (dir, unit)
+}
+
+fn systemd_analyze(test: &str) -> bool {
+    let found = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let why = "no systemd-analyze (Debian's systemd package)";
+        if std::env::var("GPU_TRACE_REQUIRE_KERNEL_TESTS").is_ok_and(|v| v == "1") {
+            panic!("{test} cannot run but is required here: {why}");
+        }
+        eprintln!("skipping {test}: {why}");
+    }
+    found
+}
+
+#[test]
+fn systemd_unit_verifies_and_its_exposure_is_low() {
+    if !systemd_analyze("systemd_unit_verifies") {
+        return;
+    }
+    let (_dir, unit) = unit_for_analysis();
+    // verify exits 0 even for unknown keys and bad values: it says so on stderr.
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .output()
+        .expect("systemd-analyze verify");
+    assert!(verify.status.success(), "{verify:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&verify.stderr),
+        "",
+        "verify complains"
+    );
+    let security = std::process::Command::new("systemd-analyze")
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(&unit)
+        .output()
+        .expect("systemd-analyze security");
+    let text = String::from_utf8_lossy(&security.stdout);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| l.split("exposure level for gpu-trace.service: ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level: {text}"));
+    // 9.6 unsandboxed; 4.6 with the unit's settings (root with
+    // CAP_SYS_ADMIN can go no lower without a syscall filter).
+    assert!(exposure <= 5.0, "exposure {exposure}: {text}");
 }
 
 #[test]

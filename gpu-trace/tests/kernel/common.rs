@@ -100,9 +100,15 @@ pub struct Watcher {
 impl Watcher {
     /// Starts the watcher and waits for its "ready" line on stderr.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(gpu_trace())
-            .arg("watch")
-            .args(args)
+        let mut command = Command::new(gpu_trace());
+        command.arg("watch").args(args);
+        Self::spawn(command)
+    }
+
+    /// `command` (a `gpu-trace watch`, perhaps behind a wrapper that drops
+    /// privileges) as the watcher.
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -19,4 +19,5 @@ mod policy;
 mod promtool;
 mod run;
 mod runc;
+mod service;
 mod watch;

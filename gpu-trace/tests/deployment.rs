@@ -168,6 +168,11 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
         .filter_map(Yaml::as_str)
         .collect();
     assert_eq!(args[0], "watch");
+    // The tag `cargo xtask image` builds, never a floating one.
+    assert_eq!(
+        container["image"].as_str(),
+        Some(format!("gpu-trace:{}", env!("CARGO_PKG_VERSION")).as_str())
+    );
     // Metrics on the pod's IP, never on every address of the pod; bracketed,
     // which `--metrics` reads for IPv4 and IPv6 alike (a unit test in cli.rs).
     let at = args

@@ -13,6 +13,7 @@ use std::{
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
+mod image;
 mod promtool;
 mod vm_test;
 
@@ -86,6 +87,14 @@ enum Task {
         #[arg(long, default_value_t = vm_test::DEFAULT_TIMEOUT.as_secs())]
         timeout_secs: u64,
     },
+    /// Build the container image gpu-trace:<version> (docker.io, from the static
+    /// binary) and save it to target/dist/gpu-trace-image-<version>.tar.
+    Image {
+        /// Then load it into a fresh dockerd and run selftest in it with the
+        /// DaemonSet's privileges.
+        #[arg(long)]
+        check: bool,
+    },
     /// Fuzz the device-policy evaluator (cargo fuzz, nightly) for a while.
     Fuzz {
         #[arg(long, default_value_t = 60)]
@@ -104,6 +113,7 @@ fn main() -> ExitCode {
             timeout_secs,
         } => setup().and_then(|()| vm_test::vm_test(&kernels, Duration::from_secs(timeout_secs))),
         Task::Dist { check } => setup().and_then(|()| dist(check)),
+        Task::Image { check } => setup().and_then(|()| image::image(check).map(|_| ())),
         Task::Bench { quick, json, only } => {
             setup().and_then(|()| bench(quick, &json, only.as_deref()))
         }
@@ -219,9 +229,11 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
             ),
     )?;
     fuzz(CI_FUZZ_SECONDS)?;
-    // The Debian package: built, installed, used from PATH, removed.
+    // The packages: the .deb built, installed, used from PATH, removed; the
+    // RPM read back and its binary run; the image loaded and run in dockerd.
     if is_root() {
         dist(true)?;
+        image::image(true)?;
     }
     // Kernel tests: real cgroups, policies, device nodes, LXC and runc containers; one at a time.
     if is_root() {
@@ -253,6 +265,24 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
 }
 
 const CARGO_DEB_VERSION: &str = "3.8.0";
+const CARGO_GENERATE_RPM_VERSION: &str = "0.21.1";
+/// The target of the statically linked builds (the RPM's binary, the test
+/// guests'): given explicitly, so that RUSTFLAGS reaches only the target's
+/// units and host build scripts, and the normal target/ builds, stay as they are.
+pub(crate) const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// glibc linked in statically, without debug info.
+pub(crate) const STATIC_RUSTFLAGS: &str =
+    "-C target-feature=+crt-static -C debuginfo=0 -C strip=debuginfo";
+/// What `rpm -qpl` must list: the same files as the .deb, at EL paths.
+const RPM_FILES: [&str; 7] = [
+    "/etc/logrotate.d/gpu-trace",
+    "/usr/bin/gpu-trace",
+    "/usr/lib/systemd/system/gpu-trace.service",
+    "/usr/share/bash-completion/completions/gpu-trace",
+    "/usr/share/fish/vendor_completions.d/gpu-trace.fish",
+    "/usr/share/man/man1/gpu-trace.1.gz",
+    "/usr/share/zsh/site-functions/_gpu-trace",
+];
 
 /// The package: release binary, man page and completions rendered by the
 /// binary itself, then cargo-deb with the assets listed in gpu-trace/Cargo.toml.
@@ -293,10 +323,130 @@ fn dist(check: bool) -> anyhow::Result<()> {
             .arg(&deb),
     )?;
     println!("xtask: built {}", deb.display());
+    let rpm = build_rpm(&dist)?;
+    println!("xtask: built {}", rpm.display());
     if check {
         check_package(&deb)?;
+        check_rpm(&rpm)?;
     }
     Ok(())
+}
+
+/// The release binary linked statically, for the RPM and the image.
+fn static_binary() -> anyhow::Result<PathBuf> {
+    run_checked(
+        Command::new(cargo())
+            .args(["build", "--release", "--package", "gpu-trace", "--target"])
+            .arg(STATIC_TARGET)
+            .env("RUSTFLAGS", STATIC_RUSTFLAGS),
+    )?;
+    Ok(workspace()
+        .join("target")
+        .join(STATIC_TARGET)
+        .join("release/gpu-trace"))
+}
+
+/// The RPM, around a statically linked build of the same sources.
+fn build_rpm(dist: &Path) -> anyhow::Result<PathBuf> {
+    static_binary()?;
+    ensure_cargo_tool(
+        "generate-rpm",
+        "cargo-generate-rpm",
+        CARGO_GENERATE_RPM_VERSION,
+    )?;
+    let rpm = dist.join(format!(
+        "gpu-trace-{}-1.x86_64.rpm",
+        env!("CARGO_PKG_VERSION")
+    ));
+    run_checked(
+        Command::new(cargo())
+            .args(["generate-rpm", "--package", "gpu-trace", "--target"])
+            .arg(STATIC_TARGET)
+            // xz: read by every EL release's rpm, where zstd came later.
+            .args(["--payload-compress", "xz"])
+            .arg("--output")
+            .arg(&rpm),
+    )?;
+    Ok(rpm)
+}
+
+/// The RPM's file list and metadata as rpm(8) reads them (Debian's `rpm`
+/// package), and its binary, unpacked, passes the selftest.
+fn check_rpm(rpm: &Path) -> anyhow::Result<()> {
+    apt_install(&["rpm", "cpio"])?;
+    let query = |flags: &str| -> anyhow::Result<String> {
+        let out = Command::new("rpm")
+            .args(flags.split(' '))
+            .arg("--nosignature")
+            .arg(rpm)
+            .output()?;
+        anyhow::ensure!(out.status.success(), "rpm {flags}: {out:?}");
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let files: Vec<String> = query("-qpl")?.lines().map(str::to_owned).collect();
+    anyhow::ensure!(
+        files == RPM_FILES,
+        "rpm -qpl lists {files:?}, not {RPM_FILES:?}"
+    );
+    let info = query("-qpi")?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix(':'))
+            .map(str::trim)
+    };
+    for (name, want) in [
+        ("Name", "gpu-trace"),
+        ("Version", env!("CARGO_PKG_VERSION")),
+        ("Release", "1"),
+        ("Architecture", "x86_64"),
+        ("License", "MIT OR Apache-2.0"),
+    ] {
+        anyhow::ensure!(
+            field(name) == Some(want),
+            "rpm -qpi {name}: {:?}\n{info}",
+            field(name)
+        );
+    }
+    // Static: no shared library, so no glibc version, is required.
+    let requires = query("-qpR")?;
+    anyhow::ensure!(
+        !requires.contains(".so"),
+        "the RPM requires shared libraries:\n{requires}"
+    );
+    let compressor = query("-qp --qf=%{PAYLOADCOMPRESSOR}")?;
+    anyhow::ensure!(compressor == "xz", "the payload is {compressor}, not xz");
+    let config = query("-qpc")?;
+    anyhow::ensure!(
+        config.trim() == "/etc/logrotate.d/gpu-trace",
+        "config files: {config}"
+    );
+    // The packaged binary itself, unpacked as rpm would lay it out.
+    let root = tempfile_dir("rpm-root")?;
+    run_checked(Command::new("sh").arg("-c").arg(format!(
+        "rpm2cpio '{}' | (cd '{}' && cpio -idm --quiet)",
+        rpm.display(),
+        root.display()
+    )))?;
+    let binary = root.join("usr/bin/gpu-trace");
+    let selftest = Command::new(&binary).arg("selftest").output()?;
+    let stdout = String::from_utf8_lossy(&selftest.stdout);
+    anyhow::ensure!(
+        selftest.status.success() && stdout.lines().any(|l| l.starts_with("PASS")),
+        "selftest of the RPM's binary: {stdout}"
+    );
+    std::fs::remove_dir_all(&root)?;
+    println!("xtask: RPM lists its {} files, says who it is, requires no shared library, and its binary passes selftest", RPM_FILES.len());
+    Ok(())
+}
+
+/// A fresh directory under target/tmp.
+fn tempfile_dir(name: &str) -> anyhow::Result<PathBuf> {
+    let dir = workspace().join("target/tmp").join(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// Installs the package as a host would, uses it from PATH, removes it.

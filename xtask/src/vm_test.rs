@@ -22,6 +22,7 @@ use clap::ValueEnum;
 
 use crate::{
     apt_install, cargo, dpkg_installed, require_root, run_checked, workspace, KERNEL_TESTS,
+    STATIC_RUSTFLAGS, STATIC_TARGET,
 };
 
 /// A kernel series of the matrix, as `--kernel` names it.
@@ -71,11 +72,6 @@ const BUSYBOX: &str = "/bin/busybox";
 /// every program out; busybox's ash has none), and the colour test runs
 /// watch on a pseudo-terminal with util-linux's `script`.
 const HOST_TOOLS: [&str; 3] = ["/usr/bin/setpriv", "/usr/bin/bash", "/usr/bin/script"];
-const GUEST_TARGET: &str = "x86_64-unknown-linux-gnu";
-/// Static, since the guest has no libc, and without debug info, for a small
-/// initramfs. With an explicit --target, RUSTFLAGS reaches only the target's
-/// units: host build scripts, and so the normal target/debug build, stay as they are.
-const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static -C debuginfo=0 -C strip=debuginfo";
 /// Kernel tests the guest cannot run: they drive LXC or runc, and the
 /// initramfs holds neither. Passed to libtest as `--skip` filters.
 const NOT_IN_GUEST: [&str; 2] = ["lxc::", "runc::"];
@@ -96,6 +92,9 @@ export PATH=/bin HOME=/tmp NO_COLOR=1
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+# Pseudo-terminals, for the colour test's `script`.
+mkdir -p /dev/pts
+mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /tmp
 # Pure cgroup2, as on Proxmox, Debian and Ubuntu hosts.
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
@@ -391,9 +390,10 @@ fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
         .args([
             "--message-format=json-render-diagnostics",
             "--target",
-            GUEST_TARGET,
+            STATIC_TARGET,
         ])
-        .env("RUSTFLAGS", GUEST_RUSTFLAGS)
+        // Static, since the guest has no libc.
+        .env("RUSTFLAGS", STATIC_RUSTFLAGS)
         .stderr(Stdio::inherit());
     let output = command.output().context("running cargo test --no-run")?;
     ensure!(

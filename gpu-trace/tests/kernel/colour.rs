@@ -67,9 +67,13 @@ fn watch_output(incident: &Incident, pty: bool, env: &[(&str, &str)], args: &[&s
             }
         }));
     }
-    let wait_for = |what: &str| {
+    let mut wait_for = |what: &str| {
         let deadline = Instant::now() + WAIT;
         while !seen.lock().expect("lock").contains(what) {
+            // A pty that could not be had ends script at once: say so.
+            if let Some(status) = child.try_wait().expect("wait") {
+                panic!("watch ended ({status}) before {what:?}: {:?}", seen.lock());
+            }
             assert!(
                 Instant::now() < deadline,
                 "no {what:?} in {:?}",

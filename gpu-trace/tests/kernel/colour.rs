@@ -4,14 +4,12 @@
 
 use std::{
     io::Read,
-    path::Path,
     process::{Command, Stdio},
     sync::{Arc, Mutex},
     thread,
     time::Instant,
 };
 
-use gpu_trace::scenario::run_probe;
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -83,13 +81,7 @@ fn watch_output(incident: &Incident, pty: bool, env: &[(&str, &str)], args: &[&s
         }
     };
     wait_for("ready:");
-    let probe = run_probe(
-        Path::new(gpu_trace()),
-        &[&incident.cgroup],
-        &[incident.open_rw("nvidia-uvm")],
-    )
-    .expect("probe");
-    assert_eq!(probe.results, [libc::EPERM]);
+    incident.deny_once();
     wait_for("EPERM");
     wait_for("fix (");
     // The process on the pty is gpu-trace (exec'd by script's shell).

@@ -277,6 +277,19 @@ impl Incident {
             mode: OpenMode::ReadWrite,
         }
     }
+
+    /// One open of the uvm node from inside the cgroup, which the policy
+    /// denies (asserted); returns the probe's pid.
+    pub fn deny_once(&self) -> u32 {
+        let probe = gpu_trace::scenario::run_probe(
+            std::path::Path::new(gpu_trace()),
+            &[&self.cgroup],
+            &[self.open_rw("nvidia-uvm")],
+        )
+        .expect("run probe in scratch cgroup");
+        assert_eq!(probe.results, [libc::EPERM]);
+        probe.pid
+    }
 }
 
 /// Set inside the test VMs, whose Debian kernels load fexit: there a

@@ -4,9 +4,7 @@
 //! policy that denied it; without CAP_SYS_ADMIN the same denial comes
 //! without its policy, so the test does depend on the set.
 
-use std::{path::Path, process::Command};
-
-use gpu_trace::scenario::run_probe;
+use std::process::Command;
 
 use crate::common::{gpu_trace, kernel_test, Incident, Watcher};
 
@@ -82,14 +80,7 @@ fn watch_works_with_exactly_the_units_capabilities() {
     // says (less what this machine's root lacks already: CAP_SYS_RESOURCE here).
     let ours = bounding_mask(std::process::id());
     assert_eq!(bounding_mask(watcher.child.id()), want & ours);
-    let probe = run_probe(
-        Path::new(gpu_trace()),
-        &[&incident.cgroup],
-        &[incident.open_rw("nvidia-uvm")],
-    )
-    .expect("probe");
-    assert_eq!(probe.results, [libc::EPERM]);
-    let events = watcher.wait_for_events(probe.pid, 1);
+    let events = watcher.wait_for_events(incident.deny_once(), 1);
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = &events[0];
     // Attribution read the policy by id, which takes CAP_SYS_ADMIN.
@@ -110,13 +101,7 @@ fn watch_works_with_exactly_the_units_capabilities() {
         .filter(|c| *c != "CAP_SYS_ADMIN")
         .collect();
     let watcher = Watcher::spawn(watch_with(&less, &["--format", "json", "--major", &major]));
-    let probe = run_probe(
-        Path::new(gpu_trace()),
-        &[&incident.cgroup],
-        &[incident.open_rw("nvidia-uvm")],
-    )
-    .expect("probe");
-    let events = watcher.wait_for_events(probe.pid, 1);
+    let events = watcher.wait_for_events(incident.deny_once(), 1);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_ne!(
         events[0]["denied_by"]["name"], "gt_scratch_dev",

@@ -26,7 +26,11 @@ impl Formatter for TerminalSafeJson {
         for (i, c) in fragment.char_indices() {
             if needs_unicode_escape(c) {
                 writer.write_all(&fragment.as_bytes()[start..i])?;
-                write!(writer, "\\u{:04x}", c as u32)?;
+                // JSON's \u takes four hex digits: a character beyond the
+                // BMP (tag characters) is written as its UTF-16 pair.
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    write!(writer, "\\u{unit:04x}")?;
+                }
                 start = i + c.len_utf8();
             }
         }
@@ -62,5 +66,11 @@ mod tests {
         assert!(json.chars().all(|c| !c.is_control()), "{json:?}");
         let back: String = serde_json::from_str(&json).expect("parses back");
         assert_eq!(back, text);
+        // A tag character (beyond the BMP) reads back as itself.
+        let tagged = "ok\u{e0072}x";
+        let json = to_string(tagged);
+        assert_eq!(json, r#""ok\udb40\udc72x""#);
+        let back: String = serde_json::from_str(&json).expect("parses back");
+        assert_eq!(back, tagged);
     }
 }

@@ -72,13 +72,13 @@ EXAMPLES:
         after_help = "Reads JSON lines written by `gpu-trace watch` (plain or gzip'd, as \
 logrotate leaves them; `-` or no LOG: stdin). Counts are sums of each record's `count`, so folded \
 repeats weigh what they stand for. Lines that are not watch's records are counted and skipped. \
-Needs no privileges. Exit status: 0, or 1 when a LOG cannot be read.
+Loads nothing into the kernel. Exit status: 0, 1 when a LOG cannot be read, 2 for a bad option.
 
 EXAMPLES:
     gpu-trace summary /var/log/gpu-trace/denied.jsonl*
     gpu-trace summary --since 24h /var/log/gpu-trace/denied.jsonl
     gpu-trace summary --since 2026-11-01 --until 2026-12-01 --format json denied.jsonl*
-    journalctl -u gpu-trace -o cat | gpu-trace summary"
+    kubectl logs -n kube-system ds/gpu-trace | gpu-trace summary"
     )]
     Summary(SummaryArgs),
     /// Reproduce the nvidia-uvm incident in a scratch cgroup and show the tracer catching it.
@@ -227,14 +227,14 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
     /// Only records last seen at or after TIME: RFC 3339, a date (UTC), or an age (30m, 24h, 7d).
-    #[arg(long, value_name = "TIME")]
-    pub since: Option<String>,
+    #[arg(long, value_name = "TIME", value_parser = time_bound)]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
     /// Only records last seen before TIME (same forms as --since).
-    #[arg(long, value_name = "TIME")]
-    pub until: Option<String>,
+    #[arg(long, value_name = "TIME", value_parser = time_bound)]
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
     /// How many containers, devices and causes to list.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub top: u16,
     #[arg(short, long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
     /// watch's logs (JSON lines, plain or gzip'd); `-` or none: stdin.
@@ -290,6 +290,11 @@ pub fn tracer_config(
         hook: tracer.hook,
         device_hook_only: tracer.device_hook_only,
     }
+}
+
+/// `--since`/`--until`: a bad time is a usage error (exit 2), like any option.
+fn time_bound(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    crate::analysis::log_summary::parse_time_bound(text, chrono::Utc::now())
 }
 
 /// A socket address, also as `[IPv4]:PORT`: a template that brackets the

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::Deserialize;
 
 use crate::model::container::Container;
@@ -14,6 +14,11 @@ use crate::model::container::Container;
 /// of logs must not grow memory without end. The rest count under `OTHER`.
 pub const MAX_NAMES: usize = 10_000;
 pub const OTHER: &str = "(other)";
+/// Distinct hours charted: more than a year of them. Timestamps come from
+/// files, and a crafted log could name a new hour on every line.
+pub const MAX_HOURS: usize = 10_000;
+/// The longest line read as a record; a longer one is malformed.
+pub const MAX_LINE: usize = 1 << 20;
 /// Where a summary record's count goes in the device and cause tables: it
 /// stands for several problems and shows only the last one's device.
 pub const NOT_ITEMIZED: &str = "(summary record: not itemized)";
@@ -41,7 +46,8 @@ pub struct Seen {
 
 impl Seen {
     fn add(&mut self, count: u64, first: DateTime<Utc>, last: DateTime<Utc>) {
-        self.count += count;
+        // Counts come from files: a crafted one must not wrap the sums.
+        self.count = self.count.saturating_add(count);
         self.first_seen = self.first_seen.min(first);
         self.last_seen = self.last_seen.max(last);
     }
@@ -123,9 +129,17 @@ pub struct LogSummary {
     pub causes: Table,
     /// Hour (its start) -> problems whose last_seen falls in it.
     pub hours: BTreeMap<DateTime<Utc>, u64>,
+    /// Problems in hours past MAX_HOURS distinct ones: counted, not charted.
+    pub unplotted: u64,
 }
 
 impl LogSummary {
+    /// A line too long to be a record, skipped unread.
+    pub fn add_malformed(&mut self) {
+        self.lines += 1;
+        self.malformed += 1;
+    }
+
     /// Adds one line of a log (blank lines are not counted at all).
     pub fn add_line(&mut self, line: &[u8], period: &Period) {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -141,13 +155,15 @@ impl LogSummary {
             return;
         }
         let count = record.count;
-        if record.verdict == "allowed" {
-            self.allowed += count;
+        // An allowed access is a problem when it was diagnosed: a stale node
+        // passes the device check and then fails with ENXIO.
+        if record.verdict == "allowed" && record.cause.is_none() {
+            self.allowed = self.allowed.saturating_add(count);
             return;
         }
-        self.problems += count;
+        self.problems = self.problems.saturating_add(count);
         if record.verdict == "denied" {
-            self.denied += count;
+            self.denied = self.denied.saturating_add(count);
         }
         self.first_seen = Some(self.first_seen.map_or(first, |f| f.min(first)));
         self.last_seen = Some(self.last_seen.map_or(last, |l| l.max(last)));
@@ -161,8 +177,14 @@ impl LogSummary {
         };
         self.devices.add(device, count, first, last);
         self.causes.add(cause, count, first, last);
-        let hour = last.duration_trunc(TimeDelta::hours(1)).unwrap_or(last);
-        *self.hours.entry(hour).or_default() += count;
+        let hour =
+            DateTime::from_timestamp(last.timestamp().div_euclid(3_600) * 3_600, 0).unwrap_or(last);
+        if self.hours.len() < MAX_HOURS || self.hours.contains_key(&hour) {
+            let slot = self.hours.entry(hour).or_default();
+            *slot = slot.saturating_add(count);
+        } else {
+            self.unplotted = self.unplotted.saturating_add(count);
+        }
     }
 }
 
@@ -307,6 +329,45 @@ mod tests {
         );
         assert!(parse_time_bound("yesterday", now).is_err());
         assert!(parse_time_bound("99999999999999d", now).is_err());
+    }
+
+    #[test]
+    fn diagnosed_allowed_opens_are_problems_and_crafted_lines_stay_bounded() {
+        let mut s = LogSummary::default();
+        let all = Period::default();
+        // A stale node: the device check allowed it, the open failed (ENXIO).
+        let mut stale: serde_json::Value =
+            serde_json::from_str(&line("event", 2, "2026-11-30T10:00:00Z", "a", "nvidia-uvm"))
+                .unwrap();
+        stale["verdict"] = "allowed".into();
+        stale["cause"] = "stale-major".into();
+        s.add_line(stale.to_string().as_bytes(), &all);
+        stale["cause"] = serde_json::Value::Null;
+        s.add_line(stale.to_string().as_bytes(), &all);
+        assert_eq!((s.problems, s.allowed, s.denied), (2, 2, 0));
+        assert_eq!(s.causes.top(1)[0].0, "stale-major");
+        // Counts that would wrap a sum, and a time no calendar can hold.
+        s.add_line(
+            line("event", u64::MAX, "2026-11-30T10:00:01Z", "a", "x").as_bytes(),
+            &all,
+        );
+        s.add_line(
+            line("event", 5, "2026-11-30T10:00:02Z", "a", "x").as_bytes(),
+            &all,
+        );
+        assert_eq!(s.problems, u64::MAX);
+        s.add_line(
+            line("event", 1, "+262000-01-01T00:00:00Z", "a", "x").as_bytes(),
+            &all,
+        );
+        assert_eq!(s.malformed, 1);
+        // A new hour on every line: at most MAX_HOURS are charted.
+        let mut hours = LogSummary::default();
+        for h in 0..MAX_HOURS as i64 + 10 {
+            let t = DateTime::from_timestamp(h * 3_600, 0).unwrap().to_rfc3339();
+            hours.add_line(line("event", 1, &t, "a", "x").as_bytes(), &all);
+        }
+        assert_eq!((hours.hours.len(), hours.unplotted), (MAX_HOURS, 10));
     }
 
     #[test]

@@ -2,15 +2,14 @@
 //! privileges or a kernel: read, tally, report.
 
 use std::{
-    io::{self, BufRead, Write},
+    io::{self, BufRead, Read, Write},
     path::{Path, PathBuf},
 };
 
 use anyhow::Context;
-use chrono::Utc;
 
 use crate::{
-    analysis::log_summary::{parse_time_bound, LogSummary, Period},
+    analysis::log_summary::{LogSummary, Period, MAX_LINE},
     cli::SummaryArgs,
     host::log_files::open_log,
     render::{output::Format, summary_report},
@@ -18,15 +17,9 @@ use crate::{
 };
 
 pub fn run(args: SummaryArgs) -> anyhow::Result<()> {
-    let now = Utc::now();
-    let bound = |text: &Option<String>| {
-        text.as_deref()
-            .map(|t| parse_time_bound(t, now).map_err(anyhow::Error::msg))
-            .transpose()
-    };
     let period = Period {
-        since: bound(&args.since).context("--since")?,
-        until: bound(&args.until).context("--until")?,
+        since: args.since,
+        until: args.until,
     };
     let logs = if args.logs.is_empty() {
         vec![PathBuf::from("-")]
@@ -45,8 +38,8 @@ pub fn run(args: SummaryArgs) -> anyhow::Result<()> {
     }
     let mut out = io::stdout().lock();
     match args.format {
-        Format::Human => summary_report::write_human(&mut out, &summary, &period, args.top)?,
-        Format::Json => summary_report::write_json(&mut out, &summary, &period, args.top)?,
+        Format::Human => summary_report::write_human(&mut out, &summary, &period, args.top.into())?,
+        Format::Json => summary_report::write_json(&mut out, &summary, &period, args.top.into())?,
     }
     out.flush()?;
     anyhow::ensure!(
@@ -60,14 +53,43 @@ pub fn run(args: SummaryArgs) -> anyhow::Result<()> {
 fn add_log(summary: &mut LogSummary, log: &Path, period: &Period) -> anyhow::Result<()> {
     let mut reader = open_log(log)?;
     let mut line = Vec::new();
+    let reading = || format!("reading {}", log.display());
     loop {
         line.clear();
-        let read = reader
+        // At most MAX_LINE bytes held: a line with no end (a gzip bomb of
+        // one line, say) is skipped past and counted as malformed.
+        let read = (&mut reader)
+            .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
-            .with_context(|| format!("reading {}", log.display()))?;
+            .with_context(reading)?;
         if read == 0 {
             return Ok(());
         }
-        summary.add_line(&line, period);
+        if line.len() > MAX_LINE {
+            skip_to_next_line(&mut reader).with_context(reading)?;
+            summary.add_malformed();
+        } else {
+            summary.add_line(&line, period);
+        }
+    }
+}
+
+/// Consumes up to and including the next newline, holding nothing.
+fn skip_to_next_line(reader: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match buffer.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                reader.consume(end + 1);
+                return Ok(());
+            }
+            None => {
+                let all = buffer.len();
+                reader.consume(all);
+            }
+        }
     }
 }

@@ -14,19 +14,23 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// The lines of `path` ("-" for stdin), decompressed where gzip'd.
 pub fn open_log(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
-    let source: Box<dyn Read> = if path == Path::new("-") {
+    let mut source: Box<dyn Read> = if path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
         Box::new(File::open(path).with_context(|| format!("opening {}", path.display()))?)
     };
-    let mut reader = BufReader::new(source);
-    let head = reader
-        .fill_buf()
+    // Two bytes, however the pipe hands them over, then the rest after them.
+    let mut head = Vec::with_capacity(GZIP_MAGIC.len());
+    (&mut source)
+        .take(GZIP_MAGIC.len() as u64)
+        .read_to_end(&mut head)
         .with_context(|| format!("reading {}", path.display()))?;
-    Ok(if head.starts_with(&GZIP_MAGIC) {
-        Box::new(BufReader::new(MultiGzDecoder::new(reader)))
+    let gzip = head == GZIP_MAGIC;
+    let whole = io::Cursor::new(head).chain(source);
+    Ok(if gzip {
+        Box::new(BufReader::new(MultiGzDecoder::new(whole)))
     } else {
-        Box::new(reader)
+        Box::new(BufReader::new(whole))
     })
 }
 

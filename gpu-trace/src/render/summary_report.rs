@@ -7,7 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
 use crate::{
-    analysis::log_summary::{LogSummary, Period, Seen, Table},
+    analysis::log_summary::{LogSummary, Period, Seen, Table, MAX_HOURS},
     text::{json, terminal::TerminalLines},
 };
 
@@ -49,6 +49,8 @@ struct JsonReport<'a> {
     devices: Vec<JsonSeen<'a>>,
     causes: Vec<JsonSeen<'a>>,
     hours: Vec<JsonHour>,
+    /// Problems in hours past the chart's limit (MAX_HOURS distinct hours).
+    unplotted: u64,
 }
 
 fn top(table: &Table, n: usize) -> Vec<JsonSeen<'_>> {
@@ -81,7 +83,7 @@ pub fn write_json(
         outside_period: summary.outside,
         problems: summary.problems,
         denied: summary.denied,
-        failed: summary.problems - summary.denied,
+        failed: summary.problems.saturating_sub(summary.denied),
         containers: top(&summary.containers, n),
         devices: top(&summary.devices, n),
         causes: top(&summary.causes, n),
@@ -93,6 +95,7 @@ pub fn write_json(
                 count,
             })
             .collect(),
+        unplotted: summary.unplotted,
     };
     json::write(&mut *out, &report)?;
     writeln!(out)
@@ -116,7 +119,7 @@ pub fn write_human(
             "problems: {} ({} denied, {} failed), first seen {}, last seen {}",
             summary.problems,
             summary.denied,
-            summary.problems - summary.denied,
+            summary.problems.saturating_sub(summary.denied),
             time(first),
             time(last)
         ))?,
@@ -154,6 +157,12 @@ pub fn write_human(
         out.blank()?;
         out.line(format_args!("problems per hour (UTC):"))?;
         write_hours(&mut out, summary)?;
+        if summary.unplotted > 0 {
+            out.line(format_args!(
+                "  ({} more problems in hours past the first {MAX_HOURS} charted)",
+                summary.unplotted
+            ))?;
+        }
     }
     Ok(())
 }
@@ -180,7 +189,7 @@ fn write_hours<W: Write>(out: &mut TerminalLines<'_, W>, summary: &LogSummary) -
             }
         }
         // At least one cell for any problem at all, so none looks like zero.
-        let cells = (count * BAR_WIDTH).div_ceil(most) as usize;
+        let cells = (u128::from(count) * u128::from(BAR_WIDTH)).div_ceil(u128::from(most)) as usize;
         out.line(format_args!(
             "  {} {} {count}",
             hour.format("%Y-%m-%d %H:00"),

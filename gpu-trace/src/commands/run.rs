@@ -29,7 +29,7 @@ use crate::{
     },
     cli::{tracer_config, RunArgs},
     host::{
-        preflight::{check_host, Host},
+        preflight::{check_tracing_host, Host},
         proc_devices::CharMajors,
     },
     kernel::tracer::{Tracer, DRAIN_BATCH},
@@ -45,7 +45,7 @@ use crate::{
 
 /// Runs the command and returns the status gpu-trace should exit with.
 pub fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let host = check_host()?;
+    let host = check_tracing_host()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;
     let mut cgroups = CgroupResolver::new(&host.cgroup2_mount);
     let target = target_cgroup(&args, &host, &mut cgroups)?;

@@ -20,7 +20,7 @@ use crate::{
     analysis::pipeline::Pipeline,
     cgroup::resolver::CgroupResolver,
     cli::TracerArgs,
-    host::{preflight::check_host, proc_devices::CharMajors},
+    host::{preflight::check_tracing_host, proc_devices::CharMajors},
     kernel::tracer::{Tracer, TracerConfig},
     model::{
         access::{OpenCall, Verdict},
@@ -47,7 +47,7 @@ const DENIED_NODE: &str = "nvidia-uvm";
 
 /// Returns Ok(true) on PASS, Ok(false) on FAIL (already explained).
 pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
-    let host = check_host()?;
+    let host = check_tracing_host()?;
     // Before any thread starts: an interrupt removes what we make.
     interrupt::take_signals()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;

@@ -12,7 +12,7 @@ use crate::{
     analysis::{enrich::Enricher, pipeline::Pipeline},
     cgroup::resolver::CgroupResolver,
     cli::{tracer_config, WatchArgs},
-    host::{preflight::check_host, proc_devices::CharMajors},
+    host::{preflight::check_tracing_host, proc_devices::CharMajors},
     kernel::tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
     render::{
         announce::announce,
@@ -40,7 +40,7 @@ pub struct Tally {
 }
 
 pub fn run(args: WatchArgs) -> anyhow::Result<()> {
-    let host = check_host()?;
+    let host = check_tracing_host()?;
     let majors = CharMajors::read().context("reading /proc/devices")?;
     let mut devices = args.devices.clone();
     devices

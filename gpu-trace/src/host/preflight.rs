@@ -85,12 +85,32 @@ pub const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
 /// where each program would fail with a verifier message naming a helper
 /// ("cannot use helper bpf_probe_read") rather than the reason. Integrity
 /// lockdown only forbids writing user memory, which gpu-trace never does.
-pub fn check_not_locked_down() -> Result<(), Unsupported> {
-    let level = std::fs::read_to_string(LOCKDOWN).unwrap_or_default();
-    if lockdown_in_force(&level) == Some("confidentiality") {
+fn check_not_locked_down() -> Result<(), Unsupported> {
+    let locked = match std::fs::read_to_string(LOCKDOWN) {
+        Ok(level) => lockdown_in_force(&level) == Some("confidentiality"),
+        // No securityfs here (a container, say): the boot's own setting.
+        Err(_) => std::fs::read_to_string("/proc/cmdline")
+            .is_ok_and(|cmdline| booted_locked_down(&cmdline)),
+    };
+    if locked {
         return Err(Unsupported::LockedDown);
     }
     Ok(())
+}
+
+/// `lockdown=confidentiality` on the kernel command line.
+fn booted_locked_down(cmdline: &str) -> bool {
+    cmdline
+        .split_whitespace()
+        .any(|word| word == "lockdown=confidentiality")
+}
+
+/// `check_host`, and no lockdown in the way: for the commands that load
+/// programs, before they make or print anything.
+pub fn check_tracing_host() -> anyhow::Result<Host> {
+    let host = check_host()?;
+    check_not_locked_down()?;
+    Ok(host)
 }
 
 /// The bracketed level of the lockdown file's text.
@@ -122,6 +142,10 @@ mod tests {
             Some("none")
         );
         assert_eq!(lockdown_in_force(""), None);
+        assert!(booted_locked_down(
+            "BOOT_IMAGE=/vmlinuz ro lockdown=confidentiality quiet"
+        ));
+        assert!(!booted_locked_down("ro lockdown=integrity"));
     }
 
     #[test]

@@ -128,7 +128,6 @@ impl Tracer {
             option_env!("GPU_TRACE_EBPF_SKIPPED").is_none(),
             "this gpu-trace was built with GPU_TRACE_BUILD_SKIP set: it has no kernel programs"
         );
-        crate::host::preflight::check_not_locked_down()?;
         let tracefs_note = crate::host::tracefs::ensure_mounted()?;
         let child_pid_offset = if config.follow_process_tree {
             crate::host::tracefs::field_offset("sched", "sched_process_fork", "child_pid")?

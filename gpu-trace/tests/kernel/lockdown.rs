@@ -64,6 +64,8 @@ fn lockdown_is_one_line_that_says_what_still_works() {
             "{stderr}"
         );
         assert!(!stderr.contains("Verifier"), "{args:?}: {stderr}");
+        // Refused before it made or printed anything (selftest's scratch cgroup).
+        assert!(output.stdout.is_empty(), "{args:?}: {output:?}");
     }
 
     // check reads the programs in force without loading any of its own.

@@ -17,7 +17,9 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{kernel::tracer::Hook, model::record::Record, stream::metrics_server};
+use crate::{
+    kernel::tracer::Hook, model::record::Record, stream::metrics_server, text::terminal::escape,
+};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeniedLabels {
@@ -147,8 +149,10 @@ impl Metrics {
         let a = &record.access;
         if a.verdict.is_denied() {
             let labels = DeniedLabels {
-                container: record.container.label(),
-                device: record.device.clone().unwrap_or_default(),
+                // Label values reach terminals (curl) and alert texts: the
+                // client escapes only quotes, backslashes and newlines.
+                container: escape(&record.container.label()).into_owned(),
+                device: escape(record.device.as_deref().unwrap_or_default()).into_owned(),
                 major: a.major.to_string(),
                 minor: a.minor.to_string(),
                 access: a.access_letters(),
@@ -182,6 +186,31 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::{analysis::test_support::record, model::access::Verdict};
+
+    #[test]
+    fn label_values_carry_no_terminal_control() {
+        let metrics = Metrics::new(&[], 10);
+        let r = record(
+            "/lxc/a\u{1b}]0;pwned\u{7}\u{202e}b",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -1,
+        );
+        metrics.observe(&r);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
+        let series = text
+            .lines()
+            .find(|l| l.starts_with("gpu_trace_denied_total{"))
+            .expect("a series");
+        assert!(
+            !series.chars().any(crate::text::terminal::needs_escape),
+            "{series:?}"
+        );
+        assert!(series.contains("pwned"), "{series:?}");
+    }
 
     #[test]
     fn tenant_chosen_minors_cannot_grow_the_series_without_end() {

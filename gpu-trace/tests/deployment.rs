@@ -129,7 +129,7 @@ fn systemd_unit_verifies_and_its_exposure_is_low() {
         .find_map(|l| l.split("exposure level for gpu-trace.service: ").nth(1))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level: {text}"));
-    // 9.6 unsandboxed; 4.6 with the unit's settings (root with
+    // 9.6 unsandboxed; 4.8 with the unit's settings (root with
     // CAP_SYS_ADMIN can go no lower without a syscall filter).
     assert!(exposure <= 5.0, "exposure {exposure}: {text}");
 }

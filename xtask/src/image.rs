@@ -33,32 +33,55 @@ pub fn image(check: bool) -> anyhow::Result<PathBuf> {
     let dist = workspace().join("target/dist");
     fs::create_dir_all(&dist)?;
     let tarball = dist.join(format!("gpu-trace-image-{}.tar", env!("CARGO_PKG_VERSION")));
-    let daemon = Dockerd::start()?;
     let rootfs = root_filesystem(&binary)?;
-    // The root file system as one layer; the entry point and default command
-    // are the DaemonSet's.
-    let import = format!(
-        "tar -C '{}' --numeric-owner -c . | {DOCKER} -H '{}' import \
-         --change 'ENTRYPOINT [\"/usr/bin/gpu-trace\"]' \
-         --change 'CMD [\"watch\", \"--format\", \"json\"]' \
-         --change 'ENV TMPDIR=/tmp' - {}",
-        rootfs.display(),
-        daemon.host,
-        tag()
-    );
-    run_checked(Command::new("sh").arg("-c").arg(import))?;
-    run_checked(
-        daemon
-            .docker()
-            .args(["save", "--output"])
-            .arg(&tarball)
-            .arg(tag()),
-    )?;
+    {
+        let daemon = Dockerd::start("docker-build")?;
+        import(&daemon, &rootfs)?;
+        run_checked(
+            daemon
+                .docker()
+                .args(["save", "--output"])
+                .arg(&tarball)
+                .arg(tag()),
+        )?;
+    }
     println!("xtask: built image {} ({})", tag(), tarball.display());
     if check {
         check_image(&tarball)?;
     }
     Ok(tarball)
+}
+
+/// The root file system as one layer, with the DaemonSet's entry point and
+/// default command.
+fn import(daemon: &Dockerd, rootfs: &Path) -> anyhow::Result<()> {
+    let mut tar = Command::new("tar")
+        .arg("-C")
+        .arg(rootfs)
+        .args(["--numeric-owner", "-c", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting tar")?;
+    let layer = tar.stdout.take().expect("piped");
+    let imported = daemon
+        .docker()
+        .arg("import")
+        .args(["--change", r#"ENTRYPOINT ["/usr/bin/gpu-trace"]"#])
+        .args(["--change", r#"CMD ["watch", "--format", "json"]"#])
+        .args(["--change", "ENV TMPDIR=/tmp"])
+        .arg("-")
+        .arg(tag())
+        .stdin(layer)
+        .status()
+        .context("docker import")?;
+    let packed = tar.wait()?;
+    ensure!(
+        packed.success(),
+        "tar of {} failed: {packed}",
+        rootfs.display()
+    );
+    ensure!(imported.success(), "docker import failed: {imported}");
+    Ok(())
 }
 
 /// /usr/bin/gpu-trace and an empty /tmp (sticky, as selftest requires).
@@ -85,7 +108,7 @@ fn root_filesystem(binary: &Path) -> anyhow::Result<PathBuf> {
 /// what the DaemonSet grants: privileged, the host's PID and cgroup
 /// namespaces, the host's cgroup tree and /sys.
 fn check_image(tarball: &Path) -> anyhow::Result<()> {
-    let daemon = Dockerd::start_fresh()?;
+    let daemon = Dockerd::start("docker-check")?;
     run_checked(daemon.docker().arg("load").arg("--input").arg(tarball))?;
     let out = daemon
         .docker()
@@ -209,24 +232,19 @@ struct Dockerd {
 }
 
 impl Dockerd {
-    fn start() -> anyhow::Result<Self> {
-        Self::start_in(&workspace().join("target/image/docker"))
-    }
-
-    /// With an empty data directory: what a node that pulls the image has.
-    fn start_fresh() -> anyhow::Result<Self> {
-        let dir = workspace().join("target/image/docker-check");
+    /// On an empty data directory under target/image: nothing left from an
+    /// earlier run, and for the check, what a node that pulls the image has.
+    fn start(name: &str) -> anyhow::Result<Self> {
+        let dir = workspace().join("target/image").join(name);
         if dir.exists() {
-            fs::remove_dir_all(&dir)?;
+            fs::remove_dir_all(&dir)
+                .with_context(|| format!("{} (a dockerd still running there?)", dir.display()))?;
         }
-        Self::start_in(&dir)
-    }
-
-    fn start_in(dir: &Path) -> anyhow::Result<Self> {
-        fs::create_dir_all(dir)?;
+        fs::create_dir_all(&dir)?;
         let socket = dir.join("docker.sock");
         let host = format!("unix://{}", socket.display());
-        let log = fs::File::create(dir.join("dockerd.log"))?;
+        let log_path = dir.join("dockerd.log");
+        let log = fs::File::create(&log_path)?;
         let child = Command::new("dockerd")
             .arg("--host")
             .arg(&host)
@@ -243,24 +261,32 @@ impl Dockerd {
             .stderr(log)
             .spawn()
             .context("starting dockerd")?;
-        let daemon = Self { child, host };
+        let mut daemon = Self { child, host };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !daemon
-            .docker()
-            .arg("info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-        {
+        loop {
+            if let Some(status) = daemon.child.try_wait()? {
+                anyhow::bail!(
+                    "dockerd exited ({status}) before answering; see {}",
+                    log_path.display()
+                );
+            }
+            let answers = daemon
+                .docker()
+                .arg("info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if answers {
+                return Ok(daemon);
+            }
             ensure!(
                 Instant::now() < deadline,
                 "dockerd did not answer within 60 s (see {})",
-                dir.join("dockerd.log").display()
+                log_path.display()
             );
             thread::sleep(Duration::from_millis(200));
         }
-        Ok(daemon)
     }
 
     fn docker(&self) -> Command {
@@ -271,11 +297,19 @@ impl Dockerd {
 }
 
 impl Drop for Dockerd {
+    /// SIGTERM, on which dockerd stops its containerd and unmounts; SIGKILL
+    /// if it has not gone within 20 s.
     fn drop(&mut self) {
-        // SIGTERM: dockerd stops its containerd and cleans up its mounts.
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").arg(&pid).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }

@@ -387,7 +387,13 @@ pub fn free_local_addr() -> String {
 
 /// The body of `http://ADDR/metrics`.
 pub fn scrape(addr: &str) -> String {
+    scrape_accepting(addr, "*/*")
+}
+
+/// The body of `http://ADDR/metrics` for a client that sends `accept`.
+pub fn scrape_accepting(addr: &str, accept: &str) -> String {
     ureq::get(&format!("http://{addr}/metrics"))
+        .header("Accept", accept)
         .call()
         .expect("scrape")
         .body_mut()

@@ -8,6 +8,7 @@ pub mod diagnose;
 pub mod enrich;
 pub mod log_summary;
 pub mod pipeline;
+pub mod policy_age;
 pub mod policy_source;
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -88,6 +88,8 @@ pub fn lxc_program(
         tag: "ab12".into(),
         attached_at: "/lxc/200".into(),
         attach_mode: "multi",
+        loaded_at: "2026-11-30T06:00:00Z".into(),
+        loaded_boot_ns: 1_000_000_000,
         insns: insns.into(),
     }
 }

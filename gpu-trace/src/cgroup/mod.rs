@@ -2,6 +2,7 @@
 //! and `check` are pointed at, and spawning into a cgroup. Whatever it needs
 //! from the kernel layer is handed to it, never imported.
 
+pub mod first_process;
 pub mod identity;
 pub mod resolver;
 pub mod spawn;

@@ -10,8 +10,12 @@ use std::{
 use anyhow::Context;
 
 use crate::{
-    analysis::access_check::{cuda_usable, problems, same_root, view},
+    analysis::{
+        access_check::{cuda_usable, problems, same_root, view},
+        policy_age::written_after_start,
+    },
     cgroup::{
+        first_process::first_process,
         identity::{identify, NameSources},
         resolver::CgroupResolver,
         target::check_target,
@@ -67,6 +71,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         cgroup: relative.to_string_lossy().into_owned(),
         pid,
         programs: policy.programs.clone(),
+        written_after_start: written_after_start(&policy.programs, first_process(&dir)),
         devices_list: v1.map(|l| DevicesListReport {
             cgroup: l.cgroup,
             lines: l.lines,

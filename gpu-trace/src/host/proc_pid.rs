@@ -1,5 +1,5 @@
-//! What /proc/PID tells about a process's cgroups: its v1 devices cgroup and
-//! that cgroup's devices.list.
+//! What /proc/PID tells about a process: its v1 devices cgroup and that
+//! cgroup's devices.list, and when it started.
 
 use std::{fs, path::PathBuf};
 
@@ -26,6 +26,28 @@ pub fn devices_list_of(pid: u32) -> std::io::Result<Option<DevicesList>> {
     }))
 }
 
+/// When process `pid` started, on the kernel's boot-time clock (ns; the
+/// kernel keeps it in clock ticks, 10 ms on most hosts).
+pub fn start_boot_ns(pid: u32) -> std::io::Result<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    start_ticks_in(&stat)
+        .map(|ticks| ticks.saturating_mul(1_000_000_000) / clock_ticks_per_second())
+        .ok_or_else(|| std::io::Error::other(format!("/proc/{pid}/stat: no start time")))
+}
+
+/// Field 22 of /proc/PID/stat, counted after the command name, which may
+/// itself hold spaces and parentheses (hence the last ')').
+fn start_ticks_in(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
 /// The devices line of /proc/PID/cgroup: "5:devices:/docker/ID".
 fn devices_cgroup_in(membership: &str) -> Option<&str> {
     membership.lines().find_map(|line| {
@@ -47,5 +69,13 @@ mod tests {
         let membership = "12:pids:/\n5:devices:/docker/abc\n0::/system.slice/docker-abc.scope\n";
         assert_eq!(devices_cgroup_in(membership), Some("/docker/abc"));
         assert_eq!(devices_cgroup_in("0::/\n"), None);
+    }
+
+    #[test]
+    fn start_time_is_read_after_a_hostile_command_name() {
+        let stat = "4242 (a) b (c) R 1 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 123456 1000 10 18446744073709551615";
+        assert_eq!(start_ticks_in(stat), Some(123_456));
+        assert_eq!(start_ticks_in("4242 (x"), None);
+        assert!(start_boot_ns(std::process::id()).expect("own start") > 0);
     }
 }

@@ -116,6 +116,8 @@ pub struct ProgramDump {
     pub tag: String,
     /// Empty when the kernel withholds them (kernel.kptr_restrict=2).
     pub insns: Vec<Insn>,
+    /// When it was loaded, on the kernel's boot-time clock (ns).
+    pub load_boot_ns: u64,
 }
 
 pub fn dump_program(id: u32) -> io::Result<ProgramDump> {
@@ -140,6 +142,7 @@ pub fn dump_program(id: u32) -> io::Result<ProgramDump> {
         name: String::from_utf8_lossy(&name).into_owned(),
         tag: info.tag.iter().map(|b| format!("{b:02x}")).collect(),
         insns,
+        load_boot_ns: info.load_time,
     })
 }
 

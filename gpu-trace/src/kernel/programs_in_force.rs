@@ -15,9 +15,12 @@ use gpu_trace_common::program;
 use gpu_trace_policy::{combined_answer, Answer, DeviceQuery, Insn};
 use serde::Serialize;
 
-use crate::kernel::{
-    bpf_sys::{device_programs, dump_program},
-    own_programs::held_by_gpu_trace,
+use crate::{
+    host::clock::BootClock,
+    kernel::{
+        bpf_sys::{device_programs, dump_program},
+        own_programs::held_by_gpu_trace,
+    },
 };
 
 /// One device program in force on a cgroup.
@@ -30,6 +33,13 @@ pub struct PolicyProgram {
     pub attached_at: String,
     /// Attach flags of that cgroup: "multi", "override" or "exclusive".
     pub attach_mode: &'static str,
+    /// When it was loaded (RFC 3339): runtimes load a device program just
+    /// before attaching it, so this is when the rules were written.
+    pub loaded_at: String,
+    /// The same, on the kernel's boot-time clock, to compare with process
+    /// start times.
+    #[serde(skip)]
+    pub loaded_boot_ns: u64,
     /// Its translated instructions, as the kernel hands them out; shared
     /// by every cgroup the program governs.
     #[serde(skip)]
@@ -67,6 +77,7 @@ pub struct ProgramCache(HashMap<u32, Option<CachedProgram>>);
 struct CachedProgram {
     name: String,
     tag: String,
+    loaded_boot_ns: u64,
     insns: Rc<[Insn]>,
 }
 
@@ -86,6 +97,7 @@ impl ProgramCache {
         let program = (!ours).then(|| CachedProgram {
             name: dump.name,
             tag: dump.tag,
+            loaded_boot_ns: dump.load_boot_ns,
             insns: dump.insns.into(),
         });
         if self.0.len() >= PROGRAM_CACHE_LIMIT {
@@ -107,6 +119,7 @@ impl CgroupPolicy {
             .with_context(|| format!("querying the device programs of {}", dir.display()))?;
         let where_attached = attachment_levels(mount, &relative)?;
         let mut programs = Vec::new();
+        let clock = BootClock::now();
         for id in effective.program_ids {
             let Some(dump) = cache.get(id) else { continue };
             let (attached_at, flags) = where_attached
@@ -119,6 +132,11 @@ impl CgroupPolicy {
                 tag: dump.tag,
                 attached_at,
                 attach_mode: attach_mode(flags),
+                loaded_at: chrono::DateTime::<chrono::Utc>::from(
+                    clock.wall_time(dump.loaded_boot_ns),
+                )
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                loaded_boot_ns: dump.loaded_boot_ns,
                 insns: dump.insns,
             });
         }

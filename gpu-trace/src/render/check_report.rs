@@ -6,7 +6,10 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::{
-    analysis::access_check::View,
+    analysis::{
+        access_check::View,
+        policy_age::{duration_text, WrittenAfterStart},
+    },
     kernel::programs_in_force::PolicyProgram,
     model::container::Container,
     text::{style, terminal::TerminalLines},
@@ -18,6 +21,9 @@ pub struct CheckReport {
     pub container: Container,
     pub pid: Option<u32>,
     pub programs: Vec<PolicyProgram>,
+    /// Programs in force loaded after the cgroup's first process started:
+    /// rules rewritten while it ran.
+    pub written_after_start: Vec<WrittenAfterStart>,
     pub devices_list: Option<DevicesListReport>,
     pub views: Vec<View>,
     pub nvidia_uvm_loaded: bool,
@@ -56,6 +62,22 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
                 ))?;
             }
         }
+    }
+    for late in &report.written_after_start {
+        out.parts(&[
+            (Some(style::FAILED), "rewritten:"),
+            (
+                None,
+                &format!(
+                    " prog {} ({}) at {} was written {} after the cgroup's first process (pid {}) started: its rules were rewritten while it ran, as `systemctl daemon-reload` or `docker update` do",
+                    late.id,
+                    late.name,
+                    late.attached_at,
+                    duration_text(late.seconds_after_start),
+                    late.first_pid
+                ),
+            ),
+        ])?;
     }
     if let Some(list) = &report.devices_list {
         out.line(format_args!(

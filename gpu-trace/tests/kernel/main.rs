@@ -17,6 +17,7 @@ mod lxc;
 mod policy;
 #[path = "../support/promtool.rs"]
 mod promtool;
+mod rewritten;
 mod run;
 mod runc;
 mod service;

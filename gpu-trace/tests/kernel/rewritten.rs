@@ -1,0 +1,66 @@
+//! `check` names a device policy written after its cgroup's first process
+//! started (rules rewritten while a container ran) and leaves alone one
+//! written before it.
+
+use std::{
+    fs,
+    process::{Child, Command},
+    thread,
+    time::Duration,
+};
+
+use gpu_trace::scenario::{ScratchCgroup, ScratchPolicy};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+
+use crate::common::{check_json_with, kernel_test, scratch_cgroup, uvm_standin};
+
+/// `sleep` moved into `cgroup`: the cgroup's first process.
+fn sleeper_in(cgroup: &ScratchCgroup) -> Child {
+    let child = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("start sleep");
+    fs::write(cgroup.path().join("cgroup.procs"), child.id().to_string())
+        .expect("move sleep into the cgroup");
+    child
+}
+
+fn written_after_start(cgroup: &ScratchCgroup) -> Vec<serde_json::Value> {
+    let relative = cgroup.relative_path().to_str().expect("UTF-8").to_string();
+    let (_, report) = check_json_with(&["--cgroup", &relative], None);
+    report["written_after_start"]
+        .as_array()
+        .unwrap_or_else(|| panic!("written_after_start: {report}"))
+        .clone()
+}
+
+#[test]
+fn check_flags_a_policy_written_after_its_cgroup_started() {
+    let Some(host) = kernel_test("check_flags_a_policy_written_after_its_cgroup_started") else {
+        return;
+    };
+    let rules = [(uvm_standin(), ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)];
+
+    // The container's process first, its rules 3 s later: a rewrite.
+    let late = scratch_cgroup(&host, "rewritten");
+    let mut first = sleeper_in(&late);
+    thread::sleep(Duration::from_secs(3));
+    let policy = ScratchPolicy::attach(&late, &rules).expect("attach the late policy");
+    let found = written_after_start(&late);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["id"].as_u64(), policy.program_id().map(u64::from));
+    assert_eq!(found[0]["first_pid"], first.id());
+    let after = found[0]["seconds_after_start"].as_u64().expect("seconds");
+    assert!((3..60).contains(&after), "{after} s after the start");
+
+    // The rules first, then the process: as any runtime starts a container.
+    let early = scratch_cgroup(&host, "written-first");
+    let _policy = ScratchPolicy::attach(&early, &rules).expect("attach the early policy");
+    let mut second = sleeper_in(&early);
+    assert_eq!(written_after_start(&early), Vec::<serde_json::Value>::new());
+
+    for child in [&mut first, &mut second] {
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+    }
+}

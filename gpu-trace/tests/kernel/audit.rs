@@ -435,9 +435,13 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
     let (status, stderr) = watcher.stop();
     assert!(status.success());
     eprintln!("soak: {produced} denials in {SECONDS} s; watch's anonymous RSS {early} KiB after 5 s, {late} KiB at the end");
+    // Room for growth that happens once: in the emulated guests, whose slow
+    // drain lets bursts pile up, heap and buffers reach their size after the
+    // first 5 s (seen: up to 1.8 MiB). A leak per denial does not fit in it
+    // natively, where the soak makes four million and more.
     assert!(
-        late <= early + early / 4 + 1024,
-        "resident memory grew: {early} KiB -> {late} KiB"
+        late <= early + early / 4 + 4096,
+        "resident memory grew: {early} KiB -> {late} KiB over {produced} denials"
     );
     let (summary, number) = summary_counts(&stderr);
     assert_eq!(

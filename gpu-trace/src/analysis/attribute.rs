@@ -190,6 +190,8 @@ impl<S: PolicySource> Attributor<S> {
                     name: p.name.clone(),
                     tag: p.tag.clone(),
                     attached_at: p.attached_at.clone(),
+                    loaded_at: p.loaded_at.clone(),
+                    loaded_boot_ns: p.loaded_boot_ns,
                 })
             }
             Answer::Unknown(i, why) => Ok(DeniedBy::Unknown {
@@ -326,6 +328,8 @@ mod tests {
                 name: "lxc_devices".into(),
                 tag: "ab12".into(),
                 attached_at: "/lxc/200".into(),
+                loaded_at: "2026-11-30T06:00:00Z".into(),
+                loaded_boot_ns: 1_000_000_000,
             }
         );
     }

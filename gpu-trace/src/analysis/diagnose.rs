@@ -8,6 +8,8 @@ use std::rc::Rc;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::{
+    analysis::policy_age::{duration_text, seconds_after_start},
+    cgroup::first_process::FirstProcess,
     host::proc_devices::CharMajors,
     model::{
         access::Verdict,
@@ -93,6 +95,7 @@ impl Diagnoser {
         record: &Record,
         majors: &CharMajors,
         majors_generation: u64,
+        started: Option<FirstProcess>,
     ) -> Option<Rc<Diagnosis>> {
         let learned = self.learn(record);
         if learned || self.majors_seen != Some(majors_generation) || self.cache.len() >= CACHE_LIMIT
@@ -115,7 +118,7 @@ impl Diagnoser {
             return known.clone();
         }
         let diagnosis = self
-            .work_out(record, majors)
+            .work_out(record, majors, started)
             .map(|parts| Rc::new(Diagnosis::from(parts)));
         self.cache.insert(key, diagnosis.clone());
         diagnosis
@@ -147,7 +150,13 @@ impl Diagnoser {
         new_pair || new_frontend
     }
 
-    fn work_out(&self, record: &Record, majors: &CharMajors) -> Option<Parts> {
+    /// `started`: the cgroup's first process, when a program denied it.
+    fn work_out(
+        &self,
+        record: &Record,
+        majors: &CharMajors,
+        started: Option<FirstProcess>,
+    ) -> Option<Parts> {
         let a = &record.access;
         let errno = a.open.as_ref().and_then(|o| o.errno());
         Some(match a.verdict {
@@ -160,7 +169,24 @@ impl Diagnoser {
             // Denied reaches here only unattributed; BPF is the usual layer.
             Verdict::DeniedByBpfPolicy | Verdict::DeniedLayerUnknown => {
                 if self.allowed.contains(&(a.cgroup_id, a.major, a.minor)) {
-                    rules_rewritten(record)
+                    rules_rewritten(
+                        record,
+                        format!(
+                            "{} opened {} earlier in this trace and is now denied",
+                            label(record),
+                            device_text(record)
+                        ),
+                    )
+                } else if let Some((seconds, pid)) = written_after_start(record, started) {
+                    rules_rewritten(
+                        record,
+                        format!(
+                            "{} was written {} after the cgroup's first process (pid {pid}) started, and denies {}",
+                            policy_text(record),
+                            duration_text(seconds),
+                            device_text(record)
+                        ),
+                    )
                 } else if let Some(stale) = stale_major(record, majors) {
                     stale
                 } else if record.node.is_some_and(NvidiaNode::has_dynamic_major) {
@@ -286,7 +312,21 @@ fn stale_node_opened(record: &Record, majors: &CharMajors) -> Option<Parts> {
     (errno == libc::ENXIO && record.driver.is_none()).then(|| stale_major(record, majors))?
 }
 
-fn rules_rewritten(record: &Record) -> Parts {
+/// When the program that denied it was loaded past the start's grace after
+/// the cgroup's first process: the delay and that process.
+fn written_after_start(record: &Record, started: Option<FirstProcess>) -> Option<(u64, u32)> {
+    let first = started?;
+    match record.denied_by.as_deref().map(|d| &**d)? {
+        DeniedBy::Program { loaded_boot_ns, .. } => {
+            Some((seconds_after_start(*loaded_boot_ns, first)?, first.pid))
+        }
+        _ => None,
+    }
+}
+
+/// `what`: how the rewrite shows ("... opened X earlier", "... was written
+/// 3 min after ..."); the rest is the same for either.
+fn rules_rewritten(record: &Record, what: String) -> Parts {
     let node = record.node;
     let driver = node.map_or("nvidia-uvm", NvidiaNode::driver);
     let fix = match record.container.runtime {
@@ -309,9 +349,7 @@ fn rules_rewritten(record: &Record) -> Parts {
     Parts {
         cause: Cause::RulesRewritten,
         explanation: format!(
-            "{} opened {} earlier in this trace and is now denied: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs)",
-            label(record),
-            device_text(record)
+            "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or runc after `docker update`)"
         ),
         fix,
     }
@@ -474,13 +512,60 @@ mod tests {
     };
 
     fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
-        d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0)
+        d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0, None)
     }
 
     use crate::{
         cgroup::identity::{identify, NameSources},
         model::diagnosis::{Cause, Diagnosis},
     };
+
+    #[test]
+    fn a_policy_written_after_the_cgroup_started_is_a_rewrite_without_history() {
+        let mut r = record(
+            "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope",
+            "/dev/nvidia0",
+            195,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        let program = |loaded_s: u64| DeniedBy::Program {
+            id: 4120,
+            name: "sd_devices".into(),
+            tag: "ab12".into(),
+            attached_at: "/system.slice/docker-3f2a9c1b0d4e.scope".into(),
+            loaded_at: "2026-11-30T06:03:12Z".into(),
+            loaded_boot_ns: loaded_s * 1_000_000_000,
+        };
+        let started = FirstProcess {
+            pid: 8812,
+            start_boot_ns: 8 * 1_000_000_000,
+        };
+        r.denied_by = Some(Rc::new(crate::model::rendered::Rendered::new(program(200))));
+        let diag = Diagnoser::default()
+            .diagnose(&r, &CharMajors::parse(PROC_DEVICES), 0, Some(started))
+            .expect("diagnosis");
+        assert_eq!(diag.cause, Cause::RulesRewritten);
+        assert!(
+            diag.explanation.contains(
+                "was written 3 min 12 s after the cgroup's first process (pid 8812) started, and denies nvidia0 (c 195:0)"
+            ),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint.contains("create-dev-char-symlinks"),
+            "{}",
+            diag.hint
+        );
+        // Loaded with the start (within the grace): not a rewrite.
+        r.denied_by = Some(Rc::new(crate::model::rendered::Rendered::new(program(9))));
+        let diag = Diagnoser::default()
+            .diagnose(&r, &CharMajors::parse(PROC_DEVICES), 0, Some(started))
+            .expect("diagnosis");
+        assert_ne!(diag.cause, Cause::RulesRewritten);
+    }
 
     #[test]
     fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {
@@ -523,7 +608,7 @@ mod tests {
             -1,
         );
         r.driver = None;
-        let diag = d.diagnose(&r, &majors, 1).expect("diagnosis");
+        let diag = d.diagnose(&r, &majors, 1, None).expect("diagnosis");
         assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
         assert!(
             diag.fix[0].contains("c 511:* rwm") && diag.fix[0].contains("/var/lib/lxc/box/config"),

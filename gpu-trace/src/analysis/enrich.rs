@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     cgroup::{
+        first_process::{first_process, FirstProcess},
         identity::{identify, NameSources},
         resolver::CgroupResolver,
     },
@@ -33,6 +34,9 @@ pub struct Enricher {
     /// Bumped whenever `majors` changes, so that caches built on it know.
     majors_generation: u64,
     clock: BootClock,
+    /// The first process of each cgroup a program denied something in,
+    /// asked for on such denials only (it reads every process's start).
+    started: FxHashMap<u64, Option<FirstProcess>>,
 }
 
 /// Identities kept; past it the table starts afresh (cgroups come and go,
@@ -52,6 +56,7 @@ impl Enricher {
             majors_read_at: Instant::now(),
             majors_generation: 0,
             clock: BootClock::now(),
+            started: FxHashMap::default(),
         }
     }
 
@@ -65,7 +70,32 @@ impl Enricher {
         let cgroups = &self.cgroups;
         self.containers.retain(|id, _| cgroups.knows(*id));
         self.containers.shrink_to_fit();
+        self.started.retain(|id, _| cgroups.knows(*id));
+        self.started.shrink_to_fit();
         true
+    }
+
+    /// The earliest-started process still in the record's cgroup (or below
+    /// it), read once per cgroup: a later first process only makes the
+    /// cgroup look younger, so a kept answer never makes a rewrite up.
+    pub fn cgroup_started(&mut self, record: &Record) -> Option<FirstProcess> {
+        let id = record.access.cgroup_id;
+        if let Some(known) = self.started.get(&id) {
+            return *known;
+        }
+        let dir = self.cgroups.mount().join(
+            record
+                .cgroup
+                .as_ref()?
+                .strip_prefix("/")
+                .unwrap_or(record.cgroup.as_ref()?),
+        );
+        let first = first_process(&dir);
+        if self.started.len() >= CONTAINERS_LIMIT {
+            self.started.clear();
+        }
+        self.started.insert(id, first);
+        first
     }
 
     /// Whether cgroup `id` still exists, as far as the last walk knows.

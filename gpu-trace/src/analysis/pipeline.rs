@@ -5,7 +5,7 @@ use crate::{
     analysis::{attribute::Attributor, diagnose::Diagnoser, enrich::Enricher},
     cgroup::resolver::CgroupResolver,
     host::proc_devices::CharMajors,
-    model::{access::DeviceAccess, record::Record},
+    model::{access::DeviceAccess, denied_by::DeniedBy, record::Record},
 };
 
 pub struct Pipeline {
@@ -41,10 +41,20 @@ impl Pipeline {
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
         self.attributor.attribute(&mut record);
+        // When a program denied it: was that program written after the
+        // cgroup's first process started? (A rewrite, seen without history.)
+        let denied_by_program = record
+            .denied_by
+            .as_deref()
+            .is_some_and(|d| matches!(**d, DeniedBy::Program { .. }));
+        let started = denied_by_program
+            .then(|| self.enricher.cgroup_started(&record))
+            .flatten();
         record.diagnosis = self.diagnoser.diagnose(
             &record,
             self.enricher.majors(),
             self.enricher.majors_generation(),
+            started,
         );
         record
     }

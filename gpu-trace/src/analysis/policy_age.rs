@@ -25,6 +25,13 @@ pub struct WrittenAfterStart {
     pub seconds_after_start: u64,
 }
 
+/// Whole seconds from `first`'s start to a load at `loaded_boot_ns`, when
+/// that is past the start's grace: a rewrite.
+pub fn seconds_after_start(loaded_boot_ns: u64, first: FirstProcess) -> Option<u64> {
+    (loaded_boot_ns > first.start_boot_ns.saturating_add(START_GRACE_NS))
+        .then(|| (loaded_boot_ns - first.start_boot_ns) / 1_000_000_000)
+}
+
 /// The programs among `programs` loaded more than START_GRACE_NS after
 /// `first` started.
 pub fn written_after_start(
@@ -36,14 +43,15 @@ pub fn written_after_start(
     };
     programs
         .iter()
-        .filter(|p| p.loaded_boot_ns > first.start_boot_ns.saturating_add(START_GRACE_NS))
-        .map(|p| WrittenAfterStart {
-            id: p.id,
-            name: p.name.clone(),
-            attached_at: p.attached_at.clone(),
-            loaded_at: p.loaded_at.clone(),
-            first_pid: first.pid,
-            seconds_after_start: (p.loaded_boot_ns - first.start_boot_ns) / 1_000_000_000,
+        .filter_map(|p| {
+            Some(WrittenAfterStart {
+                id: p.id,
+                name: p.name.clone(),
+                attached_at: p.attached_at.clone(),
+                loaded_at: p.loaded_at.clone(),
+                first_pid: first.pid,
+                seconds_after_start: seconds_after_start(p.loaded_boot_ns, first)?,
+            })
         })
         .collect()
 }

@@ -12,6 +12,11 @@ pub enum DeniedBy {
         name: String,
         tag: String,
         attached_at: String,
+        /// When it was loaded (RFC 3339), i.e. when its rules were written.
+        loaded_at: String,
+        /// The same on the kernel's boot-time clock (ns).
+        #[serde(skip)]
+        loaded_boot_ns: u64,
     },
     /// cgroup v1's devices controller of this (v1) cgroup.
     DevicesList { cgroup: String, note: String },

@@ -1,6 +1,7 @@
-//! `check` names a device policy written after its cgroup's first process
-//! started (rules rewritten while a container ran) and leaves alone one
-//! written before it.
+//! A device policy written after its cgroup's first process started (rules
+//! rewritten while a container ran): `check` names it, and `watch` gives
+//! a denial by it the cause rules-rewritten without having seen the
+//! device allowed before; a policy written before the process is neither.
 
 use std::{
     fs,
@@ -9,10 +10,14 @@ use std::{
     time::Duration,
 };
 
-use gpu_trace::scenario::{ScratchCgroup, ScratchPolicy};
+use gpu_trace::scenario::{
+    run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy,
+};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
-use crate::common::{check_json_with, kernel_test, scratch_cgroup, uvm_standin};
+use crate::common::{
+    check_json_with, gpu_trace, kernel_test, scratch_cgroup, uvm_standin, Watcher,
+};
 
 /// `sleep` moved into `cgroup`: the cgroup's first process.
 fn sleeper_in(cgroup: &ScratchCgroup) -> Child {
@@ -59,6 +64,71 @@ fn check_flags_a_policy_written_after_its_cgroup_started() {
     let mut second = sleeper_in(&early);
     assert_eq!(written_after_start(&early), Vec::<serde_json::Value>::new());
 
+    for child in [&mut first, &mut second] {
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+    }
+}
+
+#[test]
+fn watch_names_a_denial_by_rules_written_after_the_start_a_rewrite() {
+    let Some(host) = kernel_test("watch_names_a_denial_by_rules_written_after_the_start") else {
+        return;
+    };
+    let major = uvm_standin();
+    let rules = [(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)];
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let open = ProbeOp::Open {
+        path: nodes.path("nvidia-uvm"),
+        mode: OpenMode::ReadWrite,
+    };
+    let watcher = Watcher::start(&["--format", "json", "--major", &major.to_string()]);
+
+    // Rewritten: the process first, the rules 3 s later; the denied open
+    // comes from a new process, with no allowed open seen before it.
+    let late = scratch_cgroup(&host, "rewritten-watch");
+    let mut first = sleeper_in(&late);
+    thread::sleep(Duration::from_secs(3));
+    let _late_policy = ScratchPolicy::attach(&late, &rules).expect("attach");
+    let probe = run_probe(
+        std::path::Path::new(gpu_trace()),
+        &[&late],
+        std::slice::from_ref(&open),
+    )
+    .expect("probe");
+    assert_eq!(probe.results, [libc::EPERM]);
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["cause"], "rules-rewritten", "{:#}", events[0]);
+    let explanation = events[0]["explanation"].as_str().expect("explanation");
+    assert!(
+        explanation.contains(&format!(
+            "after the cgroup's first process (pid {}) started",
+            first.id()
+        )),
+        "{explanation}"
+    );
+    assert!(
+        events[0]["denied_by"]["loaded_at"].is_string(),
+        "{:#}",
+        events[0]
+    );
+
+    // Written first: the same denial has its usual cause.
+    let early = scratch_cgroup(&host, "written-first-watch");
+    let _early_policy = ScratchPolicy::attach(&early, &rules).expect("attach");
+    let mut second = sleeper_in(&early);
+    let probe = run_probe(std::path::Path::new(gpu_trace()), &[&early], &[open]).expect("probe");
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(
+        events[0]["cause"], "dynamic-major-not-allowed",
+        "{:#}",
+        events[0]
+    );
+
+    let (status, _) = watcher.stop();
+    assert!(status.success());
     for child in [&mut first, &mut second] {
         child.kill().expect("kill sleep");
         child.wait().expect("reap sleep");

@@ -41,16 +41,12 @@ pub const WAIT: Duration = Duration::from_secs(20);
 
 /// The host, or None (with the reason printed) when this test cannot run.
 pub fn kernel_test(name: &str) -> Option<Host> {
-    let skip = |why: String| {
-        if std::env::var("GPU_TRACE_REQUIRE_KERNEL_TESTS").is_ok_and(|v| v == "1") {
-            panic!("{name} cannot run but is required here: {why}");
-        }
-        eprintln!("skipping {name}: {why}");
-        None
-    };
     match check_host() {
         Ok(host) => Some(host),
-        Err(e) => skip(format!("{e:#}")),
+        Err(e) => {
+            crate::skip::cannot_run(name, &format!("{e:#}"));
+            None
+        }
     }
 }
 

@@ -196,10 +196,7 @@ pub fn lxc_test(name: &str) -> Option<gpu_trace::host::preflight::Host> {
         .is_ok_and(|o| o.status.success())
         && Path::new(BUSYBOX).exists();
     if !present {
-        if std::env::var("GPU_TRACE_REQUIRE_KERNEL_TESTS").is_ok_and(|v| v == "1") {
-            panic!("{name} needs lxc and busybox-static, which are missing");
-        }
-        eprintln!("skipping {name}: lxc or busybox-static not installed");
+        crate::skip::cannot_run(name, "lxc or busybox-static not installed");
         return None;
     }
     Some(host)

@@ -21,4 +21,6 @@ mod rewritten;
 mod run;
 mod runc;
 mod service;
+#[path = "../support/skip.rs"]
+mod skip;
 mod watch;

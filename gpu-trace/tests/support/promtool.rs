@@ -31,11 +31,10 @@ pub fn promtool(test: &str) -> Option<PathBuf> {
             .then(|| PathBuf::from("promtool"))
     });
     if found.is_none() {
-        let why = "no promtool (GPU_TRACE_PROMTOOL unset and none on PATH; `cargo xtask test` fetches it)";
-        if std::env::var("GPU_TRACE_REQUIRE_KERNEL_TESTS").is_ok_and(|v| v == "1") {
-            panic!("{test} cannot run but is required here: {why}");
-        }
-        eprintln!("skipping {test}: {why}");
+        super::skip::cannot_run(
+            test,
+            "no promtool (GPU_TRACE_PROMTOOL unset and none on PATH; `cargo xtask test` fetches it)",
+        );
     }
     found
 }

@@ -25,9 +25,9 @@ pub enum Unsupported {
     #[error("the kernel refused the {hook}: {reason}")]
     HookRefused { hook: String, reason: String },
     #[error(
-        "the kernel is locked down (confidentiality, {LOCKDOWN}): it refuses eBPF programs that read kernel memory, and every hook that sees an open is one, so watch, run and selftest cannot run; `gpu-trace check` still works (the device programs in force, the nodes, and whether a cgroup may open each); lockdown ends only with a boot without it (the lockdown= kernel parameter, or the Secure Boot setting)"
+        "the kernel is locked down (confidentiality, per {per}): it refuses eBPF programs that read kernel memory, and every hook that sees an open is one, so watch, run and selftest cannot run; `gpu-trace check` still works (the device programs in force, the nodes, and whether a cgroup may open each); lockdown ends only with a boot without it (the lockdown= kernel parameter, or the Secure Boot setting)"
     )]
-    LockedDown,
+    LockedDown { per: &'static str },
 }
 
 impl Unsupported {
@@ -37,7 +37,7 @@ impl Unsupported {
             Unsupported::NoCgroup2 => exit_status::NO_CGROUP2,
             Unsupported::KernelTooOld { .. } => exit_status::KERNEL_TOO_OLD,
             Unsupported::HookRefused { .. } => exit_status::HOOK_REFUSED,
-            Unsupported::LockedDown => exit_status::LOCKED_DOWN,
+            Unsupported::LockedDown { .. } => exit_status::LOCKED_DOWN,
         }
     }
 }
@@ -86,16 +86,17 @@ pub const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
 /// ("cannot use helper bpf_probe_read") rather than the reason. Integrity
 /// lockdown only forbids writing user memory, which gpu-trace never does.
 fn check_not_locked_down() -> Result<(), Unsupported> {
-    let locked = match std::fs::read_to_string(LOCKDOWN) {
-        Ok(level) => lockdown_in_force(&level) == Some("confidentiality"),
+    let per = match std::fs::read_to_string(LOCKDOWN) {
+        Ok(level) => (lockdown_in_force(&level) == Some("confidentiality")).then_some(LOCKDOWN),
         // No securityfs here (a container, say): the boot's own setting.
         Err(_) => std::fs::read_to_string("/proc/cmdline")
-            .is_ok_and(|cmdline| booted_locked_down(&cmdline)),
+            .is_ok_and(|cmdline| booted_locked_down(&cmdline))
+            .then_some("the kernel command line"),
     };
-    if locked {
-        return Err(Unsupported::LockedDown);
+    match per {
+        Some(per) => Err(Unsupported::LockedDown { per }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `lockdown=confidentiality` on the kernel command line.
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn lockdown_is_one_line_with_its_own_status() {
-        let error = anyhow::Error::from(Unsupported::LockedDown);
+        let error = anyhow::Error::from(Unsupported::LockedDown { per: LOCKDOWN });
         assert_eq!(exit_code_for(&error), exit_status::LOCKED_DOWN);
         let text = error.to_string();
         assert!(!text.contains('\n'));

@@ -151,7 +151,7 @@ impl Metrics {
             let labels = DeniedLabels {
                 // Label values reach terminals (curl) and alert texts: the
                 // client escapes only quotes, backslashes and newlines.
-                container: escape(&record.container.label()).into_owned(),
+                container: escaped(record.container.label()),
                 device: escape(record.device.as_deref().unwrap_or_default()).into_owned(),
                 major: a.major.to_string(),
                 minor: a.minor.to_string(),
@@ -179,6 +179,15 @@ impl Metrics {
     /// Serves /metrics on `addr`, on a thread of its own (metrics_server.rs).
     pub fn serve(&self, addr: SocketAddr) -> anyhow::Result<()> {
         metrics_server::serve(Arc::clone(&self.registry), addr)
+    }
+}
+
+/// `text` terminal-escaped, reusing its allocation when it needs nothing
+/// (every denial passes here).
+fn escaped(text: String) -> String {
+    match escape(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(safe) => safe,
     }
 }
 

@@ -65,6 +65,7 @@ pub fn record(
             &NameSources {
                 pve_lxc_dir: "/none".into(),
                 docker_containers_dir: "/none".into(),
+                podman_containers_file: "/none".into(),
                 cgroup2_mount: None,
             },
         ))),

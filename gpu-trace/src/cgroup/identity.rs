@@ -20,6 +20,8 @@ use crate::{
 pub struct NameSources {
     pub pve_lxc_dir: PathBuf,
     pub docker_containers_dir: PathBuf,
+    /// containers/storage's list of rootful podman's containers and their names.
+    pub podman_containers_file: PathBuf,
     /// The cgroup2 mount, whose directories' owners tell a runtime's
     /// cgroups from a delegated user's; None checks no owner.
     pub cgroup2_mount: Option<PathBuf>,
@@ -30,6 +32,8 @@ impl Default for NameSources {
         Self {
             pve_lxc_dir: "/etc/pve/lxc".into(),
             docker_containers_dir: "/var/lib/docker/containers".into(),
+            podman_containers_file:
+                "/var/lib/containers/storage/overlay-containers/containers.json".into(),
             cgroup2_mount: cgroup2_mount().ok().flatten(),
         }
     }
@@ -182,9 +186,21 @@ fn lookup_name(runtime: Runtime, id: &str, names: &NameSources) -> Option<String
                     .ok()?;
             docker_name(&config)
         }
+        Runtime::Podman => {
+            let list = fs::read_to_string(&names.podman_containers_file).ok()?;
+            podman_name(&list, id)
+        }
         Runtime::Systemd => Some(unescape_unit(id)),
         _ => None,
     }
+}
+
+/// The first of "names" of container `id` in containers/storage's
+/// containers.json (an array of {"id", "names", ...}).
+fn podman_name(list: &str, id: &str) -> Option<String> {
+    let containers: Vec<serde_json::Value> = serde_json::from_str(list).ok()?;
+    let container = containers.iter().find(|c| c["id"] == id)?;
+    Some(container["names"].get(0)?.as_str()?.to_string())
 }
 
 /// "hostname: NAME" from a Proxmox CT config (the part before any [snapshot]).
@@ -255,6 +271,7 @@ mod tests {
             &NameSources {
                 pve_lxc_dir: "/nonexistent".into(),
                 docker_containers_dir: "/nonexistent".into(),
+                podman_containers_file: "/nonexistent".into(),
                 cgroup2_mount: None,
             },
         )
@@ -331,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn names_come_from_proxmox_and_docker_files() {
+    fn names_come_from_proxmox_docker_and_podman_files() {
         let root = tempfile::tempdir().expect("temp dir");
         let pve = root.path().join("pve");
         let docker = root.path().join("docker");
@@ -347,9 +364,16 @@ mod tests {
             r#"{"ID":"x","Name":"/trainer"}"#,
         )
         .unwrap();
+        let podman = root.path().join("containers.json");
+        fs::write(
+            &podman,
+            format!(r#"[{{"id":"{}","names":["other"]}},{{"id":"{DOCKER_ID}","names":["notebook"],"image":"x"}}]"#, "0".repeat(64)),
+        )
+        .unwrap();
         let names = NameSources {
             pve_lxc_dir: pve,
             docker_containers_dir: docker,
+            podman_containers_file: podman,
             cgroup2_mount: None,
         };
 
@@ -359,6 +383,13 @@ mod tests {
         let d = identify(&format!("/system.slice/docker-{DOCKER_ID}.scope"), &names);
         assert_eq!(d.name.as_deref(), Some("trainer"));
         assert_eq!(d.label(), "docker 3f2a9c1b0d4e (trainer)");
+        // crun's program and processes sit in the scope's `container` child.
+        let p = identify(
+            &format!("/machine.slice/libpod-{DOCKER_ID}.scope/container"),
+            &names,
+        );
+        assert_eq!(p.runtime, Runtime::Podman);
+        assert_eq!(p.name.as_deref(), Some("notebook"));
     }
 
     #[test]
@@ -408,6 +439,7 @@ mod tests {
         let names = NameSources {
             pve_lxc_dir: "/nonexistent".into(),
             docker_containers_dir: "/nonexistent".into(),
+            podman_containers_file: "/nonexistent".into(),
             cgroup2_mount: Some(mount.path().to_path_buf()),
         };
         let attacker = identify(

@@ -287,6 +287,7 @@ mod tests {
                 &NameSources {
                     pve_lxc_dir: "/none".into(),
                     docker_containers_dir: "/none".into(),
+                    podman_containers_file: "/none".into(),
                     cgroup2_mount: None,
                 },
             ))),

@@ -192,6 +192,8 @@ impl<S: PolicySource> Attributor<S> {
                     attached_at: p.attached_at.clone(),
                     loaded_at: p.loaded_at.clone(),
                     loaded_boot_ns: p.loaded_boot_ns,
+                    // Filled in by the pipeline, once per program.
+                    writer: None,
                 })
             }
             Answer::Unknown(i, why) => Ok(DeniedBy::Unknown {
@@ -330,6 +332,7 @@ mod tests {
                 attached_at: "/lxc/200".into(),
                 loaded_at: "2026-11-30T06:00:00Z".into(),
                 loaded_boot_ns: 1_000_000_000,
+                writer: None,
             }
         );
     }

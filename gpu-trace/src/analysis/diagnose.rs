@@ -537,6 +537,7 @@ mod tests {
             attached_at: "/system.slice/docker-3f2a9c1b0d4e.scope".into(),
             loaded_at: "2026-11-30T06:03:12Z".into(),
             loaded_boot_ns: loaded_s * 1_000_000_000,
+            writer: None,
         };
         let started = FirstProcess {
             pid: 8812,

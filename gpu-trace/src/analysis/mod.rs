@@ -10,5 +10,6 @@ pub mod log_summary;
 pub mod pipeline;
 pub mod policy_age;
 pub mod policy_source;
+pub mod policy_writer;
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -2,7 +2,9 @@
 //! names and container -> the policy that denied it -> diagnosis. Shared by `watch` and `run`.
 
 use crate::{
-    analysis::{attribute::Attributor, diagnose::Diagnoser, enrich::Enricher},
+    analysis::{
+        attribute::Attributor, diagnose::Diagnoser, enrich::Enricher, policy_writer::WriterFinder,
+    },
     cgroup::resolver::CgroupResolver,
     host::proc_devices::CharMajors,
     model::{access::DeviceAccess, denied_by::DeniedBy, record::Record},
@@ -12,6 +14,7 @@ pub struct Pipeline {
     pub enricher: Enricher,
     attributor: Attributor,
     diagnoser: Diagnoser,
+    writers: WriterFinder,
 }
 
 impl Pipeline {
@@ -20,6 +23,7 @@ impl Pipeline {
             attributor: Attributor::new(cgroups.mount()),
             enricher: Enricher::new(cgroups, majors),
             diagnoser: Diagnoser::default(),
+            writers: WriterFinder::default(),
         }
     }
 
@@ -41,6 +45,9 @@ impl Pipeline {
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
         self.attributor.attribute(&mut record);
+        if let Some(culprit) = record.denied_by.take() {
+            record.denied_by = Some(self.writers.with_writer(culprit, &record.container));
+        }
         // When a program denied it: was that program written after the
         // cgroup's first process started? (A rewrite, seen without history.)
         let denied_by_program = record

@@ -9,4 +9,5 @@ pub mod mountinfo;
 pub mod preflight;
 pub mod proc_devices;
 pub mod proc_pid;
+pub mod runtime_processes;
 pub mod tracefs;

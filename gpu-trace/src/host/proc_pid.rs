@@ -26,6 +26,13 @@ pub fn devices_list_of(pid: u32) -> std::io::Result<Option<DevicesList>> {
     }))
 }
 
+/// The command name of process `pid`; empty when it is gone.
+pub fn comm_of(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_default()
+}
+
 /// When process `pid` started, on the kernel's boot-time clock (ns; the
 /// kernel keeps it in clock ticks, 10 ms on most hosts).
 pub fn start_boot_ns(pid: u32) -> std::io::Result<u64> {

@@ -6,5 +6,6 @@ pub mod bpf_sys;
 pub mod cgroups_made;
 pub mod device_hook;
 pub mod own_programs;
+pub mod program_holders;
 pub mod programs_in_force;
 pub mod tracer;

@@ -9,6 +9,8 @@
 
 use std::{fs, os::unix::fs::MetadataExt, path::Path};
 
+use crate::kernel::program_holders::{fdinfo_line, holds};
+
 /// Device number and inode of a file: what "the same binary" means.
 fn identity(path: &Path) -> Option<(u64, u64)> {
     fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
@@ -23,7 +25,7 @@ pub fn held_by_gpu_trace(prog_id: u32) -> bool {
     let Ok(processes) = fs::read_dir("/proc") else {
         return false;
     };
-    let wanted = format!("prog_id:\t{prog_id}");
+    let wanted = fdinfo_line(prog_id);
     processes
         .flatten()
         .filter(|p| {
@@ -33,13 +35,4 @@ pub fn held_by_gpu_trace(prog_id: u32) -> bool {
         })
         .filter(|p| identity(&p.path().join("exe")) == Some(this_binary))
         .any(|p| holds(&p.path(), &wanted))
-}
-
-/// Whether any of the process's open files has the `wanted` fdinfo line.
-fn holds(process: &Path, wanted: &str) -> bool {
-    let Ok(fds) = fs::read_dir(process.join("fdinfo")) else {
-        return false;
-    };
-    fds.flatten()
-        .any(|fd| fs::read_to_string(fd.path()).is_ok_and(|info| info.lines().any(|l| l == wanted)))
 }

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::model::policy_writer::PolicyWriter;
+
 /// What refused an access, as far as gpu-trace can show.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -17,6 +19,8 @@ pub enum DeniedBy {
         /// The same on the kernel's boot-time clock (ns).
         #[serde(skip)]
         loaded_boot_ns: u64,
+        /// Who loaded and attached it, and on what evidence.
+        writer: Option<PolicyWriter>,
     },
     /// cgroup v1's devices controller of this (v1) cgroup.
     DevicesList { cgroup: String, note: String },
@@ -25,7 +29,28 @@ pub enum DeniedBy {
 }
 
 impl DeniedBy {
+    /// When it is a program: when it was loaded.
+    pub fn loaded_at(&self) -> Option<&str> {
+        match self {
+            DeniedBy::Program { loaded_at, .. } => Some(loaded_at),
+            _ => None,
+        }
+    }
+
+    /// "prog 920 (sd_devices) at /system.slice/x.scope, written by systemd"
     pub fn describe(&self) -> String {
+        match self {
+            DeniedBy::Program {
+                writer: Some(writer),
+                ..
+            } if writer.manager != crate::model::policy_writer::Manager::Unknown => {
+                format!("{}, written by {}", self.what(), writer.manager.label())
+            }
+            _ => self.what(),
+        }
+    }
+
+    fn what(&self) -> String {
         match self {
             DeniedBy::Program {
                 id,

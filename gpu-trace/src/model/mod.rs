@@ -7,5 +7,6 @@ pub mod denied_by;
 pub mod diagnosis;
 pub mod exit_status;
 pub mod node;
+pub mod policy_writer;
 pub mod record;
 pub mod rendered;

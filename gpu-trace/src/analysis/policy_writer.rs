@@ -1,0 +1,194 @@
+//! Who wrote the program that denied an access: the process holding it
+//! open, the name only systemd gives its programs, or the OCI runtime the
+//! container's engine ran. Worked out once per program and kept.
+
+use std::rc::Rc;
+
+use rustc_hash::FxHashMap;
+
+use crate::{
+    host::runtime_processes::oci_runtime_of,
+    kernel::program_holders::holder_of,
+    model::{
+        container::{Container, Runtime},
+        denied_by::DeniedBy,
+        policy_writer::{Manager, PolicyWriter, ProcessRef},
+        rendered::Rendered,
+    },
+};
+
+/// The name systemd gives every device program it attaches.
+const SYSTEMD_PROGRAM_NAME: &str = "sd_devices";
+/// Programs remembered; a tenant can make as many as it starts containers.
+const WRITERS_CAPACITY: usize = 4096;
+
+#[derive(Default)]
+pub struct WriterFinder {
+    /// Culprits with their writer, by program id.
+    culprits: FxHashMap<u32, Rc<Rendered<DeniedBy>>>,
+}
+
+impl WriterFinder {
+    /// `culprit` with its writer filled in, when it is a program.
+    pub fn with_writer(
+        &mut self,
+        culprit: Rc<Rendered<DeniedBy>>,
+        container: &Container,
+    ) -> Rc<Rendered<DeniedBy>> {
+        let DeniedBy::Program {
+            id,
+            name,
+            attached_at,
+            loaded_at,
+            writer: None,
+            ..
+        } = &**culprit
+        else {
+            return culprit;
+        };
+        if let Some(known) = self.culprits.get(id) {
+            if known.loaded_at() == Some(loaded_at.as_str()) {
+                return Rc::clone(known);
+            }
+        }
+        let writer = work_out(
+            name,
+            attached_at,
+            loaded_at,
+            container,
+            holder_of(*id),
+            || oci_runtime_of(&container.id),
+        );
+        let mut filled = (**culprit).clone();
+        if let DeniedBy::Program { writer: slot, .. } = &mut filled {
+            *slot = Some(writer);
+        }
+        let filled = Rc::new(Rendered::new(filled));
+        if self.culprits.len() >= WRITERS_CAPACITY {
+            self.culprits.clear();
+        }
+        self.culprits.insert(*id, Rc::clone(&filled));
+        filled
+    }
+}
+
+/// The writer from the evidence at hand; `runtime` is asked only when the
+/// rest says nothing (it reads every process's command line).
+fn work_out(
+    name: &str,
+    attached_at: &str,
+    loaded_at: &str,
+    container: &Container,
+    holder: Option<ProcessRef>,
+    runtime: impl FnOnce() -> Option<(Manager, ProcessRef)>,
+) -> PolicyWriter {
+    let writer = |manager, evidence: String, process: Option<ProcessRef>| PolicyWriter {
+        manager,
+        evidence,
+        pid: process.as_ref().map(|p| p.pid),
+        comm: process.map(|p| p.comm),
+        loaded_at: loaded_at.to_string(),
+    };
+    if let Some(holder) = holder {
+        let manager = Manager::from_comm(&holder.comm).unwrap_or(Manager::Unknown);
+        let evidence = format!("pid {} ({}) holds it open", holder.pid, holder.comm);
+        return writer(manager, evidence, Some(holder));
+    }
+    if name == SYSTEMD_PROGRAM_NAME {
+        return writer(
+            Manager::Systemd,
+            format!("its name {SYSTEMD_PROGRAM_NAME}, which systemd gives its device programs"),
+            None,
+        );
+    }
+    let engine_runs_it = matches!(
+        container.runtime,
+        Runtime::Docker | Runtime::Containerd | Runtime::Podman | Runtime::Crio
+    ) && attached_at.starts_with(&container.cgroup);
+    if name.is_empty() && engine_runs_it {
+        if let Some((manager, process)) = runtime() {
+            let evidence = format!(
+                "unnamed and held by no process at the container's cgroup, whose {} (pid {}) runs it with {}",
+                process.comm,
+                process.pid,
+                manager.label()
+            );
+            return writer(manager, evidence, Some(process));
+        }
+    }
+    writer(
+        Manager::Unknown,
+        "held by no process, and neither its name nor its cgroup names a writer".into(),
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docker(id: &str) -> Container {
+        Container {
+            runtime: Runtime::Docker,
+            id: id.into(),
+            name: Some("web".into()),
+            pod_uid: None,
+            cgroup: format!("/system.slice/docker-{id}.scope"),
+        }
+    }
+
+    fn process(pid: u32, comm: &str) -> Option<ProcessRef> {
+        Some(ProcessRef {
+            pid,
+            comm: comm.into(),
+        })
+    }
+
+    #[test]
+    fn a_holder_is_the_best_evidence() {
+        let w = work_out(
+            "sd_devices",
+            "/system.slice/docker-ab.scope",
+            "t",
+            &docker("ab"),
+            process(1, "systemd"),
+            || panic!("not asked"),
+        );
+        assert_eq!(w.manager, Manager::Systemd);
+        assert_eq!(w.pid, Some(1));
+        assert_eq!(w.evidence, "pid 1 (systemd) holds it open");
+        let w = work_out(
+            "x",
+            "/x",
+            "t",
+            &docker("ab"),
+            process(77, "myagent"),
+            || None,
+        );
+        assert_eq!(w.manager, Manager::Unknown);
+        assert_eq!(w.comm.as_deref(), Some("myagent"));
+    }
+
+    #[test]
+    fn runc_is_named_by_the_shim_of_the_container() {
+        let c = docker("ab");
+        let w = work_out("", &c.cgroup, "t", &c, None, || {
+            Some((Manager::Runc, process(40, "containerd-shim").unwrap()))
+        });
+        assert_eq!(w.manager, Manager::Runc);
+        assert_eq!(w.pid, Some(40));
+        // Not at the container's cgroup (an ancestor slice's program): no.
+        let w = work_out("", "/system.slice", "t", &c, None, || {
+            Some((Manager::Runc, process(40, "containerd-shim").unwrap()))
+        });
+        assert_eq!(w.manager, Manager::Unknown);
+    }
+
+    #[test]
+    fn systemds_name_counts_when_nothing_holds_it() {
+        let c = docker("ab");
+        let w = work_out("sd_devices", &c.cgroup, "t", &c, None, || None);
+        assert_eq!(w.manager, Manager::Systemd);
+        assert_eq!(w.pid, None);
+    }
+}

@@ -14,6 +14,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
 mod image;
+mod lab;
 mod promtool;
 mod vm_test;
 
@@ -87,6 +88,19 @@ enum Task {
         #[arg(long, default_value_t = vm_test::DEFAULT_TIMEOUT.as_secs())]
         timeout_secs: u64,
     },
+    /// Set up, then boot the field lab: Debian with systemd, dockerd, podman and a
+    /// stand-in GPU driver module, on the 6.1 and 6.12 kernels, and run its scenarios.
+    Lab {
+        /// Only this kernel (repeatable); 6.1 and 6.12 by default.
+        #[arg(long = "kernel", value_enum)]
+        kernels: Vec<vm_test::Series>,
+        /// How long one kernel may take from boot to power-off.
+        #[arg(long, default_value_t = lab::DEFAULT_TIMEOUT.as_secs())]
+        timeout_secs: u64,
+        /// After the scenarios, keep the guest up with a shell on this terminal.
+        #[arg(long)]
+        shell: bool,
+    },
     /// Build the container image gpu-trace:<version> (docker.io, from the static
     /// binary) and save it to target/dist/gpu-trace-image-<version>.tar.
     Image {
@@ -112,6 +126,11 @@ fn main() -> ExitCode {
             kernels,
             timeout_secs,
         } => setup().and_then(|()| vm_test::vm_test(&kernels, Duration::from_secs(timeout_secs))),
+        Task::Lab {
+            kernels,
+            timeout_secs,
+            shell,
+        } => setup().and_then(|()| lab::lab(&kernels, Duration::from_secs(timeout_secs), shell)),
         Task::Dist { check } => setup().and_then(|()| dist(check)),
         Task::Image { check } => setup().and_then(|()| image::image(check).map(|_| ())),
         Task::Bench { quick, json, only } => {
@@ -244,7 +263,8 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     run_checked(
         Command::new(cargo())
             .args(KERNEL_TESTS)
-            .args(["--", "--test-threads=1"])
+            // The lab's scenarios need its systemd guest: `lab` below runs them.
+            .args(["--", "--test-threads=1", "--skip", "lab::"])
             .env(promtool::ENV, &promtool)
             // In CI, a kernel test that skips is a failure.
             .env(
@@ -254,8 +274,10 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     )?;
     // The same tests inside Debian's kernels, where fexit loads and the
     // layout is pure cgroup2 (the hosts users run).
+    // And the field lab: policies written by systemd, dockerd and podman.
     match (vm, is_root()) {
-        (true, true) => vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT),
+        (true, true) => vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT)
+            .and_then(|()| lab::lab(&[], lab::DEFAULT_TIMEOUT, false)),
         (true, false) => {
             eprintln!("xtask: not root: the kernel matrix in qemu (vm-test) is skipped");
             Ok(())

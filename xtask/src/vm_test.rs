@@ -37,7 +37,7 @@ pub enum Series {
 }
 
 impl Series {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Series::Linux5_10 => "5.10",
             Series::Linux6_1 => "6.1",
@@ -55,7 +55,7 @@ impl Series {
     }
 
     /// 5.10 is bullseye's kernel, which the system's apt must not learn about.
-    fn apt(self) -> anyhow::Result<Apt> {
+    pub(crate) fn apt(self) -> anyhow::Result<Apt> {
         match self {
             Series::Linux5_10 => Apt::bullseye(),
             Series::Linux6_1 | Series::Linux6_12 => Ok(Apt::system()),
@@ -63,9 +63,9 @@ impl Series {
     }
 }
 
-const ARCHIVE_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+pub(crate) const ARCHIVE_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 const BACKPORTS_SOURCES: &str = "/etc/apt/sources.list.d/bookworm-backports.sources";
-const BUSYBOX: &str = "/bin/busybox";
+pub(crate) const BUSYBOX: &str = "/bin/busybox";
 /// Host tools the kernel tests call whose busybox forms fall short: a test
 /// drops to nobody with util-linux's `setpriv --reuid`, and the hostile-name
 /// tests paste suggested commands into bash (its not-found handler stubs
@@ -73,8 +73,9 @@ const BUSYBOX: &str = "/bin/busybox";
 /// watch on a pseudo-terminal with util-linux's `script`.
 const HOST_TOOLS: [&str; 3] = ["/usr/bin/setpriv", "/usr/bin/bash", "/usr/bin/script"];
 /// Kernel tests the guest cannot run: they drive LXC or runc, and the
-/// initramfs holds neither. Passed to libtest as `--skip` filters.
-const NOT_IN_GUEST: [&str; 2] = ["lxc::", "runc::"];
+/// initramfs holds neither; the lab's need its systemd guest (`cargo xtask
+/// lab`). Passed to libtest as `--skip` filters.
+const NOT_IN_GUEST: [&str; 3] = ["lxc::", "runc::", "lab::"];
 /// What /init runs, in order; each reports its exit status in the marker line.
 const STEPS: [&str; 4] = ["selftest", "selftest-observer", "kernel-tests", "lockdown"];
 /// How long one kernel may take from boot to power-off: about 2.5 minutes
@@ -191,7 +192,7 @@ pub fn vm_test(series: &[Series], timeout: Duration) -> anyhow::Result<()> {
 
 /// qemu from bookworm-backports: the machine's qemu-utils 10.0 comes from
 /// there and breaks bookworm's own qemu-system 7.2.
-fn install_qemu() -> anyhow::Result<()> {
+pub(crate) fn install_qemu() -> anyhow::Result<()> {
     if dpkg_installed("qemu-system-x86") {
         return Ok(());
     }
@@ -235,12 +236,12 @@ fn backports_configured() -> bool {
 
 /// apt-get and apt-cache, as the system has them or with a private
 /// configuration of their own.
-struct Apt {
+pub(crate) struct Apt {
     options: Vec<String>,
 }
 
 impl Apt {
-    fn system() -> Self {
+    pub(crate) fn system() -> Self {
         Self {
             options: Vec::new(),
         }
@@ -279,7 +280,7 @@ impl Apt {
         Ok(Self { options })
     }
 
-    fn command(&self, tool: &str) -> Command {
+    pub(crate) fn command(&self, tool: &str) -> Command {
         let mut command = Command::new(tool);
         for option in &self.options {
             command.args(["-o", option]);
@@ -287,7 +288,7 @@ impl Apt {
         command
     }
 
-    fn update(&self) -> anyhow::Result<()> {
+    pub(crate) fn update(&self) -> anyhow::Result<()> {
         if self.options.is_empty() {
             require_root("refreshing apt's package lists")?;
         }
@@ -295,7 +296,7 @@ impl Apt {
     }
 
     /// The linux-image package `meta` depends on, e.g. linux-image-6.1.0-57-amd64.
-    fn image_behind(&self, meta: &str) -> anyhow::Result<String> {
+    pub(crate) fn image_behind(&self, meta: &str) -> anyhow::Result<String> {
         let out = self
             .command("apt-cache")
             .args(["depends", meta])
@@ -309,7 +310,7 @@ impl Apt {
     }
 
     /// Downloads `package` into `dir` without installing it; returns the .deb.
-    fn download(&self, package: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    pub(crate) fn download(&self, package: &str, dir: &Path) -> anyhow::Result<PathBuf> {
         run_checked(
             self.command("apt-get")
                 // apt's own _apt user may not write into target/; the caller may.
@@ -323,6 +324,11 @@ impl Apt {
 
 /// Debian's vmlinuz for `series`, downloaded and unpacked once per exact package.
 fn kernel_image(series: Series) -> anyhow::Result<PathBuf> {
+    find_file(&kernel_package(series)?.join("boot"), "vmlinuz-")
+}
+
+/// The unpacked kernel package of `series`: boot/ and lib/modules/.
+pub(crate) fn kernel_package(series: Series) -> anyhow::Result<PathBuf> {
     let apt = series.apt()?;
     cached_or_fetched(&apt, series.meta_package()).or_else(|e| {
         // Lists that are missing (bullseye's, on a first run) or stale (the mirror moved on).
@@ -335,6 +341,11 @@ fn kernel_image(series: Series) -> anyhow::Result<PathBuf> {
 fn cached_or_fetched(apt: &Apt, meta: &str) -> anyhow::Result<PathBuf> {
     let package = apt.image_behind(meta)?;
     let dir = vm_dir().join("kernels").join(&package);
+    // The modules came later (the field lab loads them): a folder without
+    // them is from an older xtask.
+    if dir.exists() && !dir.join("lib/modules").exists() {
+        fs::remove_dir_all(&dir)?;
+    }
     if !dir.exists() {
         eprintln!("xtask: downloading {package}");
         // Unpacked aside and renamed, so an interrupted run leaves no half kernel behind.
@@ -345,18 +356,18 @@ fn cached_or_fetched(apt: &Apt, meta: &str) -> anyhow::Result<PathBuf> {
         fs::create_dir_all(&partial)?;
         let deb = apt.download(&package, &partial)?;
         run_checked(
-            bash(r#"dpkg-deb --fsys-tarfile "$1" | tar -x ./boot"#)
+            bash(r#"dpkg-deb --fsys-tarfile "$1" | tar -x ./boot ./lib/modules"#)
                 .arg(&deb)
                 .current_dir(&partial),
         )?;
         fs::remove_file(&deb)?;
         fs::rename(&partial, &dir)?;
     }
-    find_file(&dir.join("boot"), "vmlinuz-")
+    Ok(dir)
 }
 
 /// The one file in `dir` whose name starts with `prefix`.
-fn find_file(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn find_file(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
     fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .flatten()
@@ -370,19 +381,19 @@ fn find_file(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
 
 /// `bash -c script`, failing when any part of a pipeline fails; arguments
 /// follow as $1, $2, ...
-fn bash(script: &str) -> Command {
+pub(crate) fn bash(script: &str) -> Command {
     let mut command = Command::new("bash");
     command.args(["-euo", "pipefail", "-c", script, "bash"]);
     command
 }
 
-struct GuestBinaries {
-    gpu_trace: PathBuf,
-    kernel_tests: PathBuf,
+pub(crate) struct GuestBinaries {
+    pub gpu_trace: PathBuf,
+    pub kernel_tests: PathBuf,
 }
 
 /// gpu-trace and the kernel-test binary, linked statically for the guest.
-fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
+pub(crate) fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
     let mut command = Command::new(cargo());
     command
         .args(KERNEL_TESTS)
@@ -512,7 +523,7 @@ fn skip_args() -> String {
 
 /// Leaves the file (and its mtime, which the initramfs cache goes by) alone
 /// when it already holds `text`.
-fn write_if_changed(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_if_changed(path: &Path, text: &str) -> anyhow::Result<()> {
     if fs::read_to_string(path).is_ok_and(|old| old == text) {
         return Ok(());
     }
@@ -520,7 +531,7 @@ fn write_if_changed(path: &Path, text: &str) -> anyhow::Result<()> {
     fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-fn newer_than_all(output: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
+pub(crate) fn newer_than_all(output: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
     let Ok(built) = fs::metadata(output).and_then(|m| m.modified()) else {
         return Ok(false);
     };
@@ -535,7 +546,7 @@ fn newer_than_all(output: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-fn busybox_applets() -> anyhow::Result<Vec<String>> {
+pub(crate) fn busybox_applets() -> anyhow::Result<Vec<String>> {
     let out = Command::new(BUSYBOX)
         .arg("--list")
         .output()
@@ -631,7 +642,7 @@ fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
 
 /// KVM only where it works: this kind of build machine has a /dev/kvm, yet a
 /// guest hangs on it; the CPU flags tell the two apart.
-fn kvm_usable() -> bool {
+pub(crate) fn kvm_usable() -> bool {
     let opens = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -644,7 +655,7 @@ fn kvm_usable() -> bool {
 
 /// Writes every console line to the log, echoes it from /init's first line
 /// on (the kernel's boot messages stay in the log), and returns the whole console.
-fn stream_console(
+pub(crate) fn stream_console(
     stdout: impl std::io::Read,
     mut log: fs::File,
     prefix: &str,
@@ -654,7 +665,7 @@ fn stream_console(
     for line in BufReader::new(stdout).split(b'\n') {
         let line = String::from_utf8_lossy(&line?).trim_end().to_string();
         writeln!(log, "{line}")?;
-        init_started |= line.starts_with("gpu-trace-vm: ");
+        init_started |= line.starts_with("gpu-trace-vm: ") || line.starts_with("gpu-trace-lab: ");
         if init_started {
             eprintln!("{prefix}{line}");
         }
@@ -665,7 +676,7 @@ fn stream_console(
 }
 
 /// Waits for qemu to power off; kills it after `timeout`. True when it was killed.
-fn wait_or_kill(qemu: &mut Child, timeout: Duration) -> anyhow::Result<bool> {
+pub(crate) fn wait_or_kill(qemu: &mut Child, timeout: Duration) -> anyhow::Result<bool> {
     let deadline = Instant::now() + timeout;
     while qemu.try_wait()?.is_none() {
         if Instant::now() >= deadline {
@@ -726,7 +737,7 @@ fn judge(series: Series, console: &str, marker: &str, seconds: f64) -> Outcome {
 
 /// "skipping <test>: <reason>" as a kernel test prints it; with --nocapture it
 /// may follow libtest's "test <name> ... " on the same line.
-fn skip_notice(line: &str) -> Option<&str> {
+pub(crate) fn skip_notice(line: &str) -> Option<&str> {
     let line = line.trim();
     let text = match line.split_once(" ... ") {
         Some((head, tail)) if head.starts_with("test ") => tail,
@@ -758,7 +769,7 @@ fn selftest_hook_lines(lines: &[&str]) -> Vec<String> {
     found
 }
 
-fn print_console_tail(console: &str, log: &Path) {
+pub(crate) fn print_console_tail(console: &str, log: &Path) {
     const TAIL: usize = 40;
     let lines: Vec<&str> = console.lines().collect();
     eprintln!(
@@ -808,6 +819,6 @@ fn print_summary(outcomes: &[Outcome]) {
     }
 }
 
-fn vm_dir() -> PathBuf {
+pub(crate) fn vm_dir() -> PathBuf {
     workspace().join("target/vm")
 }

@@ -9,7 +9,7 @@ use std::{
 
 use aya_obj::generated::{
     bpf_attach_type::BPF_CGROUP_DEVICE, bpf_attr, bpf_cmd, bpf_prog_info, bpf_prog_type,
-    BPF_F_QUERY_EFFECTIVE,
+    BPF_F_ALLOW_MULTI, BPF_F_QUERY_EFFECTIVE, BPF_F_REPLACE,
 };
 use gpu_trace_policy::Insn;
 
@@ -60,6 +60,28 @@ pub fn attach_device_program(program: impl AsFd, cgroup: impl AsFd) -> io::Resul
     let fd = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
     // SAFETY: BPF_LINK_CREATE returns a new descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Puts `program` in the place of program `old_id` at `cgroup`, without a
+/// link, as runc and NVIDIA's legacy hook patch a container's policy: the
+/// program stays attached after the descriptor closes, until the cgroup
+/// goes or another writer replaces it.
+pub fn replace_attached_program(
+    cgroup: impl AsFd,
+    old_id: u32,
+    program: impl AsFd,
+) -> io::Result<()> {
+    let old = program_fd(old_id)?;
+    // SAFETY: as above.
+    let mut attr: bpf_attr = unsafe { mem::zeroed() };
+    // SAFETY: the union is all zeroes; we fill in its attach member.
+    let attach = unsafe { &mut attr.__bindgen_anon_5 };
+    attach.__bindgen_anon_1.target_fd = cgroup.as_fd().as_raw_fd() as u32;
+    attach.attach_bpf_fd = program.as_fd().as_raw_fd() as u32;
+    attach.attach_type = BPF_CGROUP_DEVICE as u32;
+    attach.attach_flags = BPF_F_ALLOW_MULTI | BPF_F_REPLACE;
+    attach.replace_bpf_fd = old.as_raw_fd() as u32;
+    sys_bpf(bpf_cmd::BPF_PROG_ATTACH, &mut attr).map(drop)
 }
 
 /// The id the kernel gave a loaded program.

@@ -12,6 +12,7 @@ mod common;
 mod device_hook_only;
 mod hooks;
 mod hostile;
+mod lab;
 mod lockdown;
 mod lxc;
 mod policy;

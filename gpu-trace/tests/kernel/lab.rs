@@ -1,0 +1,595 @@
+//! The field lab's scenarios: policies written by systemd, dockerd + runc
+//! and podman + crun, against the stand-in GPU driver module (lab/driver),
+//! whose nodes live in a real /proc/devices. They run only inside the lab's
+//! guest (`cargo xtask lab`), which sets GPU_TRACE_LAB_DRIVER to the module
+//! built for its kernel and GPU_TRACE_LAB_IMAGE to a busybox image both
+//! engines hold; elsewhere they say that they skip.
+
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    thread,
+    time::{Duration, Instant},
+};
+
+use gpu_trace::{
+    kernel::bpf_sys::{
+        device_programs, dump_program, load_device_program, replace_attached_program,
+    },
+    scenario::denylist_program,
+};
+use serde_json::Value;
+
+use crate::common::{kernel_test, Watcher, WAIT};
+
+const FRONTEND: u32 = 195;
+
+/// The lab's module and image, or None (said) outside the lab.
+struct Lab {
+    driver: PathBuf,
+    image: String,
+}
+
+fn lab_test(name: &str) -> Option<Lab> {
+    kernel_test(name)?;
+    let (Ok(driver), Ok(image)) = (
+        std::env::var("GPU_TRACE_LAB_DRIVER"),
+        std::env::var("GPU_TRACE_LAB_IMAGE"),
+    ) else {
+        crate::skip::cannot_run(name, "not in the field lab (`cargo xtask lab` runs it)");
+        return None;
+    };
+    Some(Lab {
+        driver: driver.into(),
+        image,
+    })
+}
+
+/// The stand-in driver, loaded with `params`; unloaded when dropped.
+struct Driver;
+
+impl Driver {
+    fn load(lab: &Lab, params: &[&str]) -> Self {
+        // A test that failed may have left it loaded.
+        let _ = Command::new("rmmod").arg("gpu_standin").output();
+        let out = Command::new("insmod")
+            .arg(&lab.driver)
+            .args(params)
+            .output()
+            .expect("run insmod");
+        assert!(out.status.success(), "insmod {params:?}: {out:?}");
+        Driver
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = Command::new("rmmod").arg("gpu_standin").output();
+    }
+}
+
+/// The major /proc/devices lists for `name` (a char driver).
+fn major_of(name: &str) -> Option<u32> {
+    let devices = fs::read_to_string("/proc/devices").expect("read /proc/devices");
+    devices
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("Block"))
+        .find_map(|l| {
+            let (major, driver) = l.trim().split_once(' ')?;
+            (driver == name).then(|| major.parse().ok())?
+        })
+}
+
+/// The node at `path`, made anew as nvidia-modprobe makes it: mode 0666.
+fn mknod(path: &Path, major: u32, minor: u32) {
+    let _ = fs::remove_file(path);
+    fs::create_dir_all(path.parent().expect("in a folder")).expect("node folder");
+    let out = Command::new("mknod")
+        .arg(path)
+        .args(["c", &major.to_string(), &minor.to_string()])
+        .output()
+        .expect("run mknod");
+    assert!(out.status.success(), "mknod {}: {out:?}", path.display());
+    fs::set_permissions(path, fs::Permissions::from_mode(0o666)).expect("chmod node");
+}
+
+/// /dev/nvidia0, /dev/nvidiactl and /dev/nvidia-uvm from /proc/devices.
+fn make_nodes() -> u32 {
+    let uvm = major_of("nvidia-uvm").expect("nvidia-uvm in /proc/devices");
+    mknod(Path::new("/dev/nvidia0"), FRONTEND, 0);
+    mknod(Path::new("/dev/nvidiactl"), FRONTEND, 255);
+    mknod(Path::new("/dev/nvidia-uvm"), uvm, 0);
+    uvm
+}
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+}
+
+fn succeeded(program: &str, args: &[&str]) -> Output {
+    let out = run(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A container of `engine` (docker or podman) by name; removed when dropped.
+struct Container {
+    engine: &'static str,
+    name: String,
+    id: String,
+}
+
+impl Container {
+    /// `engine run -d --network none --name NAME ARGS IMAGE sleep 600`.
+    fn start(engine: &'static str, lab: &Lab, name: &str, args: &[&str]) -> Self {
+        let _ = run(engine, &["rm", "-f", name]);
+        let mut all = vec!["run", "-d", "--network", "none", "--name", name];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[&lab.image, "sleep", "600"]);
+        let id = stdout_of(&succeeded(engine, &all));
+        Self {
+            engine,
+            name: name.to_string(),
+            id,
+        }
+    }
+
+    /// `engine exec NAME ARGS`.
+    fn exec(&self, args: &[&str]) -> Output {
+        let mut all = vec!["exec", self.name.as_str()];
+        all.extend_from_slice(args);
+        run(self.engine, &all)
+    }
+
+    /// Opens `path` inside for reading; the error message when it fails.
+    fn open(&self, path: &str) -> Result<(), String> {
+        let out = self.exec(&["cat", path]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    /// The cgroup of its processes, relative to the cgroup2 mount.
+    fn cgroup(&self) -> String {
+        let out = succeeded(
+            self.engine,
+            &["exec", &self.name, "cat", "/proc/self/cgroup"],
+        );
+        let line = stdout_of(&out);
+        // Inside, the cgroup namespace hides the path: ask from outside.
+        let pid = stdout_of(&succeeded(
+            self.engine,
+            &["inspect", "-f", "{{.State.Pid}}", &self.name],
+        ));
+        let outside = fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("its cgroup");
+        let path = outside
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or_else(|| panic!("no cgroup2 line: {outside} (inside: {line})"));
+        path.to_string()
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = run(self.engine, &["rm", "-f", "-t", "0", &self.name]);
+    }
+}
+
+fn cgroup_dir(relative: &str) -> PathBuf {
+    Path::new("/sys/fs/cgroup").join(relative.trim_start_matches('/'))
+}
+
+/// Ids and names of the device programs attached at `cgroup` itself.
+fn programs_at(cgroup: &str) -> Vec<(u32, String)> {
+    let dir = fs::File::open(cgroup_dir(cgroup)).expect("open the cgroup");
+    device_programs(&dir, false)
+        .expect("query its device programs")
+        .program_ids
+        .into_iter()
+        .map(|id| (id, dump_program(id).map(|d| d.name).unwrap_or_default()))
+        .collect()
+}
+
+/// Replaces the program at `cgroup` by one that allows every device, the
+/// way NVIDIA's legacy hook patches a container's policy behind runc's
+/// back. Returns the new program's id.
+fn patch_like_a_hook(cgroup: &str) -> u32 {
+    let programs = programs_at(cgroup);
+    assert_eq!(programs.len(), 1, "one program at {cgroup}: {programs:?}");
+    let hook = load_device_program("gt_lab_hook", &denylist_program(&[])).expect("load the hook's");
+    let dir = fs::File::open(cgroup_dir(cgroup)).expect("open the cgroup");
+    replace_attached_program(&dir, programs[0].0, &hook).expect("replace the runtime's program");
+    let now = programs_at(cgroup);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0].1, "gt_lab_hook");
+    now[0].0
+}
+
+/// The JSON events watch wrote for the container named `name`, waiting
+/// until there are `count` of them.
+fn events_of_container(watcher: &Watcher, name: &str, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let events: Vec<Value> = watcher
+            .lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["container"]["name"] == name)
+            .collect();
+        if events.len() >= count || Instant::now() > deadline {
+            return events;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn fix_text(event: &Value) -> String {
+    event["hint"].as_str().unwrap_or_default().to_string()
+}
+
+/// The manager watch names as the writer of the program that denied it.
+fn writer_of(event: &Value) -> &str {
+    event["denied_by"]["writer"]["manager"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no writer: {event:#}"))
+}
+
+fn assert_denied(result: Result<(), String>) {
+    let message = result.expect_err("the open was allowed");
+    assert!(
+        message.contains("Operation not permitted"),
+        "not a policy denial: {message}"
+    );
+}
+
+#[test]
+fn docker_uvm_denied_while_195_allowed_is_the_incident() {
+    let Some(lab) = lab_test("docker_uvm_denied_while_195_allowed_is_the_incident") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    let watcher = Watcher::start(&["--format", "json"]);
+
+    // The GPU and control nodes passed as devices, nvidia-uvm only mounted.
+    let name = "gt-lab-incident";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &[
+            "--device",
+            "/dev/nvidia0",
+            "--device",
+            "/dev/nvidiactl",
+            "-v",
+            "/dev/nvidia-uvm:/dev/nvidia-uvm",
+        ],
+    );
+    container.open("/dev/nvidiactl").expect("nvidiactl opens");
+    assert_denied(container.open("/dev/nvidia-uvm"));
+
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    let scope = container.cgroup();
+    assert_eq!(
+        scope,
+        format!("/system.slice/docker-{}.scope", container.id)
+    );
+    assert_eq!(event["container"]["runtime"], "docker", "{event:#}");
+    assert_eq!(event["container"]["id"], container.id.as_str(), "{event:#}");
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["minor"], 0, "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    assert_eq!(event["denied_by"]["kind"], "program", "{event:#}");
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        scope.as_str(),
+        "{event:#}"
+    );
+    // runc leaves its program unnamed and holds it by no descriptor: the
+    // container's shim names the runtime.
+    assert_eq!(event["denied_by"]["name"], "", "{event:#}");
+    assert_eq!(writer_of(event), "runc", "{event:#}");
+    assert_eq!(
+        event["denied_by"]["writer"]["comm"], "containerd-shim",
+        "{event:#}"
+    );
+    let fix = fix_text(event);
+    assert!(fix.contains("--device"), "{fix}");
+    assert!(fix.contains("/dev/nvidia-uvm"), "{fix}");
+
+    // Passed as a device, the same node opens, and watch says nothing.
+    let allowed = Container::start(
+        "docker",
+        &lab,
+        "gt-lab-allowed",
+        &["--device", "/dev/nvidia-uvm"],
+    );
+    allowed.open("/dev/nvidia-uvm").expect("nvidia-uvm opens");
+    thread::sleep(Duration::from_secs(1));
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    drop(container);
+}
+
+#[test]
+fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
+    let Some(lab) = lab_test("daemon_reload_rewrites_a_patched_docker_containers_rules") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    let name = "gt-lab-reload";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
+    );
+    let scope = container.cgroup();
+    assert_denied(container.open("/dev/nvidia-uvm"));
+    let hook = patch_like_a_hook(&scope);
+    container
+        .open("/dev/nvidia-uvm")
+        .expect("opens once patched");
+
+    let watcher = Watcher::start(&["--format", "json"]);
+    succeeded("systemctl", &["daemon-reload"]);
+    let programs = programs_at(&scope);
+    let systemds: Vec<u32> = programs
+        .iter()
+        .filter(|(_, name)| name == "sd_devices")
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(
+        systemds.len(),
+        1,
+        "systemd's program at {scope}: {programs:?}"
+    );
+    assert!(programs.iter().any(|(id, _)| *id == hook), "{programs:?}");
+    assert_denied(container.open("/dev/nvidia-uvm"));
+
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
+    assert_eq!(event["denied_by"]["id"], systemds[0], "{event:#}");
+    assert_eq!(event["denied_by"]["name"], "sd_devices", "{event:#}");
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        scope.as_str(),
+        "{event:#}"
+    );
+    let fix = fix_text(event);
+    assert!(fix.contains("--device"), "{fix}");
+    assert!(fix.contains("create-dev-char-symlinks"), "{fix}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn docker_update_makes_runc_rewrite_a_patched_policy() {
+    let Some(lab) = lab_test("docker_update_makes_runc_rewrite_a_patched_policy") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    let name = "gt-lab-update";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
+    );
+    let scope = container.cgroup();
+    let hook = patch_like_a_hook(&scope);
+    container
+        .open("/dev/nvidia-uvm")
+        .expect("opens once patched");
+
+    let watcher = Watcher::start(&["--format", "json"]);
+    succeeded("docker", &["update", "--cpu-quota", "50000", name]);
+    // runc hands the update to systemd (the systemd cgroup driver), which
+    // attaches the device rules runc asked for at the start: the hook's
+    // additions are outvoted by a program written now.
+    let programs = programs_at(&scope);
+    let added: Vec<&(u32, String)> = programs.iter().filter(|(id, _)| *id != hook).collect();
+    assert!(
+        !added.is_empty(),
+        "a program written by the update: {programs:?}"
+    );
+    assert_denied(container.open("/dev/nvidia-uvm"));
+
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        scope.as_str(),
+        "{event:#}"
+    );
+    let culprit = event["denied_by"]["id"].as_u64().expect("a program id") as u32;
+    let (_, culprit_name) = added
+        .iter()
+        .find(|(id, _)| *id == culprit)
+        .unwrap_or_else(|| panic!("the culprit is one of {added:?}: {event:#}"));
+    let expected_writer = if culprit_name == "sd_devices" {
+        "systemd"
+    } else {
+        "runc"
+    };
+    assert_eq!(writer_of(event), expected_writer, "{event:#}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn a_driver_reload_moves_the_uvm_major_past_a_containers_rules() {
+    let Some(lab) = lab_test("a_driver_reload_moves_the_uvm_major_past_a_containers_rules") else {
+        return;
+    };
+    let driver = Driver::load(&lab, &[]);
+    let old = make_nodes();
+    // A copy of the node made before the reload, as a container bind-mounts it.
+    // On the root disk: /run is mounted nodev, where no node opens.
+    let stale_dir = Path::new("/var/lib/gt-lab-stale");
+    mknod(&stale_dir.join("nvidia-uvm"), old, 0);
+
+    // Rules by major, as LXC and `--device-cgroup-rule` users write them.
+    let name = "gt-lab-moved";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &[
+            "--device-cgroup-rule",
+            "c 195:* rwm",
+            "--device-cgroup-rule",
+            &format!("c {old}:* rwm"),
+            "-v",
+            "/dev:/hostdev",
+            "-v",
+            "/var/lib/gt-lab-stale:/stale",
+        ],
+    );
+    container
+        .open("/hostdev/nvidia-uvm")
+        .expect("opens before the reload");
+
+    drop(driver);
+    let _driver = Driver::load(&lab, &["shift=1"]);
+    let new = make_nodes();
+    assert_ne!(new, old, "the reload moved the uvm major");
+    assert_eq!(major_of("gpu-standin-shift"), None);
+
+    let watcher = Watcher::start(&["--format", "json"]);
+    assert_denied(container.open("/hostdev/nvidia-uvm"));
+    // The node made before the reload: the policy allows its old major,
+    // and no driver owns it any more.
+    let stale = container
+        .open("/stale/nvidia-uvm")
+        .expect_err("a stale node fails");
+    assert!(stale.contains("No such device"), "{stale}");
+
+    let events = events_of_container(&watcher, name, 1);
+    let moved = events
+        .iter()
+        .find(|e| e["major"] == new)
+        .unwrap_or_else(|| panic!("the new major's denial: {events:#?}"));
+    assert_eq!(moved["cause"], "dynamic-major-not-allowed", "{moved:#}");
+    assert!(fix_text(moved).contains(&format!("c {new}:")), "{moved:#}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    let _ = fs::remove_dir_all(stale_dir);
+}
+
+#[test]
+fn podman_and_systemd_denials_name_the_container_and_the_unit() {
+    let Some(lab) = lab_test("podman_and_systemd_denials_name_the_container_and_the_unit") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    let watcher = Watcher::start(&["--format", "json"]);
+
+    let name = "gt-lab-podman";
+    let container = Container::start(
+        "podman",
+        &lab,
+        name,
+        &[
+            "--device",
+            "/dev/nvidiactl",
+            "-v",
+            "/dev/nvidia-uvm:/dev/nvidia-uvm",
+        ],
+    );
+    assert_denied(container.open("/dev/nvidia-uvm"));
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["container"]["runtime"], "podman", "{event:#}");
+    assert_eq!(event["major"], uvm, "{event:#}");
+    // crun 1.8 attaches at the scope's `container` child, not at the scope.
+    let cgroup = container.cgroup();
+    assert_eq!(
+        cgroup,
+        format!("/machine.slice/libpod-{}.scope/container", container.id)
+    );
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        cgroup.as_str(),
+        "{event:#}"
+    );
+
+    // A systemd service with a device allow list of its own.
+    let unit = "gt-lab-service";
+    let _ = run("systemctl", &["reset-failed", &format!("{unit}.service")]);
+    let out = run(
+        "systemd-run",
+        &[
+            "--unit",
+            unit,
+            "--wait",
+            "--collect",
+            "-p",
+            "DevicePolicy=closed",
+            "-p",
+            "DeviceAllow=/dev/nvidiactl rw",
+            "sh",
+            "-c",
+            // Alive a while: watch reads the unit's policy after the denial.
+            "cat /dev/nvidia-uvm; status=$?; sleep 3; exit $status",
+        ],
+    );
+    assert!(!out.status.success(), "the service's open was allowed");
+    let deadline = Instant::now() + WAIT;
+    let service = loop {
+        let found = watcher
+            .lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["container"]["runtime"] == "systemd" && e["major"] == uvm);
+        match found {
+            Some(event) => break event,
+            None if Instant::now() < deadline => thread::sleep(Duration::from_millis(100)),
+            None => panic!("no event of {unit}: {:#?}", watcher.lines()),
+        }
+    };
+    assert_eq!(
+        service["container"]["id"],
+        format!("{unit}.service"),
+        "{service:#}"
+    );
+    assert_eq!(service["denied_by"]["name"], "sd_devices", "{service:#}");
+    assert_eq!(writer_of(&service), "systemd", "{service:#}");
+    assert_eq!(
+        service["denied_by"]["attached_at"],
+        format!("/system.slice/{unit}.service"),
+        "{service:#}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}

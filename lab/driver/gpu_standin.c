@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0
+/*
+ * gpu_standin: character devices registered under the names GPU drivers
+ * use, so gpu-trace's field lab can meet real /proc/devices entries, real
+ * dynamic majors and opens that succeed, without a GPU.
+ *
+ *   frontend=nvidia-frontend|nvidia   major 195 (driver 550 renamed it)
+ *   uvm=1        nvidia-uvm on a dynamic major
+ *   caps=1       nvidia-caps on a dynamic major
+ *   kfd=1        kfd (AMD's compute node) on a dynamic major
+ *   shift=1      hold one dynamic major while the others register, then
+ *                let it go: after a reload the dynamic majors have moved
+ *                and the old ones belong to no driver, as after a reboot
+ *                in which another driver loaded first
+ *
+ * Every open succeeds and every read returns end of file: an allowed
+ * open gives a descriptor as a real driver's would, not ENXIO.
+ */
+#include <linux/fs.h>
+#include <linux/module.h>
+
+#define FRONTEND_MAJOR 195
+
+static char *frontend = "nvidia-frontend";
+module_param(frontend, charp, 0444);
+MODULE_PARM_DESC(frontend, "name of major 195 (empty: not registered)");
+
+static bool uvm = true;
+module_param(uvm, bool, 0444);
+static bool caps;
+module_param(caps, bool, 0444);
+static bool kfd;
+module_param(kfd, bool, 0444);
+static bool shift;
+module_param(shift, bool, 0444);
+
+static int standin_open(struct inode *inode, struct file *file)
+{
+	return 0;
+}
+
+static ssize_t standin_read(struct file *file, char __user *buf, size_t len,
+			    loff_t *pos)
+{
+	return 0;
+}
+
+static const struct file_operations standin_fops = {
+	.owner = THIS_MODULE,
+	.open = standin_open,
+	.read = standin_read,
+	.llseek = noop_llseek,
+};
+
+/* Registered in this order, released in reverse. */
+struct standin {
+	const char *name;
+	unsigned int fixed_major; /* 0: dynamic */
+	bool *wanted;
+	const struct file_operations *fops;
+	int major;
+};
+
+static bool always = true;
+static struct standin standins[] = {
+	{ "gpu-standin-shift", 0, &shift, &standin_fops }, /* let go at the end */
+	{ NULL, FRONTEND_MAJOR, &always, &standin_fops }, /* named by `frontend` */
+	{ "nvidia-uvm", 0, &uvm, &standin_fops },
+	{ "nvidia-caps", 0, &caps, &standin_fops },
+	{ "kfd", 0, &kfd, &standin_fops },
+};
+
+static void release_from(int i)
+{
+	while (--i >= 0) {
+		if (standins[i].major > 0)
+			unregister_chrdev(standins[i].major, standins[i].name);
+		standins[i].major = 0;
+	}
+}
+
+static int __init standin_init(void)
+{
+	int i;
+
+	standins[1].name = frontend;
+	for (i = 0; i < ARRAY_SIZE(standins); i++) {
+		struct standin *s = &standins[i];
+		int got;
+
+		if (!*s->wanted || !s->name || !s->name[0])
+			continue;
+		got = register_chrdev(s->fixed_major, s->name, s->fops);
+		if (got < 0) {
+			pr_err("gpu_standin: registering %s: %d\n", s->name, got);
+			release_from(i);
+			return got;
+		}
+		/* A fixed major returns 0 on success. */
+		s->major = s->fixed_major ? s->fixed_major : got;
+		pr_info("gpu_standin: %s on major %d\n", s->name, s->major);
+	}
+	if (standins[0].major > 0) {
+		unregister_chrdev(standins[0].major, standins[0].name);
+		standins[0].major = 0;
+	}
+	return 0;
+}
+
+static void __exit standin_exit(void)
+{
+	release_from(ARRAY_SIZE(standins));
+}
+
+module_init(standin_init);
+module_exit(standin_exit);
+MODULE_DESCRIPTION("GPU driver stand-in for gpu-trace's field lab");
+MODULE_LICENSE("Dual MIT/GPL");

@@ -10,13 +10,17 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::{
     analysis::policy_age::{duration_text, seconds_after_start},
     cgroup::first_process::FirstProcess,
-    host::proc_devices::CharMajors,
+    host::{
+        proc_devices::CharMajors,
+        systemd_units::{char_names, unit_of_cgroup},
+    },
     model::{
         access::Verdict,
         container::{Container, Runtime},
         denied_by::DeniedBy,
         diagnosis::{Cause, Diagnosis},
         node::NvidiaNode,
+        policy_writer::Manager,
         record::Record,
     },
     text::shell_word::{command_word, plain_or, prose},
@@ -78,6 +82,8 @@ struct DiagnosisKey {
     path: Option<Vec<u8>>,
     /// The culprit as attribution cached it (same answer, same allocation).
     culprit: Option<usize>,
+    /// The culprit unit's DeviceAllow= list, likewise.
+    device_allow: Option<usize>,
 }
 
 /// Enough for every distinct problem a host shows at once; a flood of
@@ -89,13 +95,15 @@ const ALLOWED_LIMIT: usize = 65_536;
 
 impl Diagnoser {
     /// Learns from every record; returns a diagnosis for problems.
-    /// `majors_generation` changes whenever `majors` does.
+    /// `majors_generation` changes whenever `majors` does; `device_allow`
+    /// is the DeviceAllow= list of the systemd unit whose program denied it.
     pub fn diagnose(
         &mut self,
         record: &Record,
         majors: &CharMajors,
         majors_generation: u64,
         started: Option<FirstProcess>,
+        device_allow: Option<&Rc<[String]>>,
     ) -> Option<Rc<Diagnosis>> {
         let learned = self.learn(record);
         if learned || self.majors_seen != Some(majors_generation) || self.cache.len() >= CACHE_LIMIT
@@ -113,12 +121,13 @@ impl Diagnoser {
             uid: a.uid,
             path: a.open.as_ref().map(|o| o.path.clone()),
             culprit: record.denied_by.as_ref().map(|d| Rc::as_ptr(d) as usize),
+            device_allow: device_allow.map(|d| Rc::as_ptr(d) as *const String as usize),
         };
         if let Some(known) = self.cache.get(&key) {
             return known.clone();
         }
         let diagnosis = self
-            .work_out(record, majors, started)
+            .work_out(record, majors, started, device_allow.map(|d| &d[..]))
             .map(|parts| Rc::new(Diagnosis::from(parts)));
         self.cache.insert(key, diagnosis.clone());
         diagnosis
@@ -156,6 +165,7 @@ impl Diagnoser {
         record: &Record,
         majors: &CharMajors,
         started: Option<FirstProcess>,
+        device_allow: Option<&[String]>,
     ) -> Option<Parts> {
         let a = &record.access;
         let errno = a.open.as_ref().and_then(|o| o.errno());
@@ -187,8 +197,14 @@ impl Diagnoser {
                             device_text(record)
                         ),
                     )
+                } else if let Some(unresolved) =
+                    device_allow_name_unresolved(record, majors, device_allow)
+                {
+                    unresolved
                 } else if let Some(stale) = stale_major(record, majors) {
                     stale
+                } else if let Some(ancestor) = ancestor_policy(record) {
+                    ancestor
                 } else if record.node.is_some_and(NvidiaNode::has_dynamic_major) {
                     dynamic_major_not_allowed(
                         record,
@@ -355,6 +371,127 @@ fn rules_rewritten(record: &Record, what: String) -> Parts {
     }
 }
 
+/// The culprit program, with its cgroup and writer, when a program denied it.
+fn culprit_program(record: &Record) -> Option<(&str, Option<Manager>)> {
+    match record.denied_by.as_deref().map(|d| &**d)? {
+        DeniedBy::Program {
+            attached_at,
+            writer,
+            ..
+        } => Some((attached_at.as_str(), writer.as_ref().map(|w| w.manager))),
+        _ => None,
+    }
+}
+
+/// The driver's name today, for rules by name.
+fn driver_name(record: &Record) -> &str {
+    record
+        .driver
+        .as_deref()
+        .or(record.node.map(NvidiaNode::driver))
+        .unwrap_or("DRIVER")
+}
+
+/// systemd's program denied it, and the unit's DeviceAllow= names a char
+/// driver /proc/devices does not list: systemd skips such a rule (NVIDIA's
+/// driver 550 renamed nvidia-frontend to nvidia).
+fn device_allow_name_unresolved(
+    record: &Record,
+    majors: &CharMajors,
+    device_allow: Option<&[String]>,
+) -> Option<Parts> {
+    let (attached_at, Some(Manager::Systemd)) = culprit_program(record)? else {
+        return None;
+    };
+    let unit = unit_of_cgroup(attached_at)?;
+    let entries = device_allow?;
+    let missing: Vec<&str> = char_names(entries)
+        .filter(|name| !majors.has_driver(name))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let unit_word = command_word(unit, CONTAINER);
+    let listed = missing
+        .iter()
+        .map(|n| format!("char-{}", prose(n)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let driver = driver_name(record);
+    let mut fix = vec![format!(
+        "in {unit_word}: `DeviceAllow=char-{} rw`, the name /proc/devices lists today for major {} (`systemctl edit {unit_word}`, then restart it)",
+        plain_or(driver, "DRIVER"),
+        record.access.major
+    )];
+    if let Some(node) = record.node {
+        fix.push(format!(
+            "or name the node: `DeviceAllow={} rw`",
+            node.dev_path()
+        ));
+    }
+    Some(Parts {
+        cause: Cause::DeviceAllowNameUnresolved,
+        explanation: format!(
+            "{} denies {}: {}'s DeviceAllow= names {listed}, which /proc/devices does not list today, so systemd left that rule out (NVIDIA's driver 550 renamed nvidia-frontend to nvidia)",
+            policy_text(record),
+            device_text(record),
+            prose(unit)
+        ),
+        fix,
+    })
+}
+
+/// Whether cgroup `ancestor` lies strictly above `cgroup`.
+fn is_strict_ancestor(ancestor: &str, cgroup: &str) -> bool {
+    ancestor != cgroup
+        && (ancestor == "/"
+            || cgroup
+                .strip_prefix(ancestor)
+                .is_some_and(|rest| rest.starts_with('/')))
+}
+
+/// The program that denied it sits above the container's own cgroup: a
+/// slice, a parent scope, a user's delegated tree.
+fn ancestor_policy(record: &Record) -> Option<Parts> {
+    let (attached_at, writer) = culprit_program(record)?;
+    if !is_strict_ancestor(attached_at, &record.container.cgroup) {
+        return None;
+    }
+    let driver = driver_name(record);
+    let fix = match unit_of_cgroup(attached_at) {
+        Some(unit) if writer == Some(Manager::Systemd) => {
+            let unit_word = command_word(unit, CONTAINER);
+            vec![
+                format!(
+                    "allow it in {unit_word}, whose policy every unit below it inherits: `systemctl set-property {unit_word} DeviceAllow='char-{} rw'`",
+                    plain_or(driver, "DRIVER")
+                ),
+                format!("or run {} outside {unit_word}", label(record)),
+            ]
+        }
+        _ => vec![format!(
+            "allow it where that policy is written, at {}{}: a rule at the container's own cgroup cannot widen what an ancestor denies",
+            prose(attached_at),
+            writer
+                .filter(|w| *w != Manager::Unknown)
+                .map(|w| format!(" (by {})", w.label()))
+                .unwrap_or_default()
+        )],
+    };
+    Some(Parts {
+        cause: Cause::AncestorPolicy,
+        explanation: format!(
+            "{} denies {}: it sits at {}, above {}'s own cgroup {}, and governs everything below it",
+            policy_text(record),
+            device_text(record),
+            prose(attached_at),
+            label(record),
+            prose(&record.container.cgroup)
+        ),
+        fix,
+    })
+}
+
 fn node_missing(record: &Record) -> Parts {
     let path = path_of(record);
     let (why, fix) = match NvidiaNode::from_path(path.as_bytes()) {
@@ -512,7 +649,7 @@ mod tests {
     };
 
     fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
-        d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0, None)
+        d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0, None, None)
     }
 
     use crate::{
@@ -545,7 +682,7 @@ mod tests {
         };
         r.denied_by = Some(Rc::new(crate::model::rendered::Rendered::new(program(200))));
         let diag = Diagnoser::default()
-            .diagnose(&r, &CharMajors::parse(PROC_DEVICES), 0, Some(started))
+            .diagnose(&r, &CharMajors::parse(PROC_DEVICES), 0, Some(started), None)
             .expect("diagnosis");
         assert_eq!(diag.cause, Cause::RulesRewritten);
         assert!(
@@ -563,9 +700,106 @@ mod tests {
         // Loaded with the start (within the grace): not a rewrite.
         r.denied_by = Some(Rc::new(crate::model::rendered::Rendered::new(program(9))));
         let diag = Diagnoser::default()
-            .diagnose(&r, &CharMajors::parse(PROC_DEVICES), 0, Some(started))
+            .diagnose(&r, &CharMajors::parse(PROC_DEVICES), 0, Some(started), None)
             .expect("diagnosis");
         assert_ne!(diag.cause, Cause::RulesRewritten);
+    }
+
+    fn by_program(
+        attached_at: &str,
+        manager: Manager,
+    ) -> Rc<crate::model::rendered::Rendered<DeniedBy>> {
+        Rc::new(crate::model::rendered::Rendered::new(DeniedBy::Program {
+            id: 77,
+            name: "sd_devices".into(),
+            tag: "ab12".into(),
+            attached_at: attached_at.into(),
+            loaded_at: "2026-11-30T06:00:00Z".into(),
+            loaded_boot_ns: 0,
+            writer: Some(crate::model::policy_writer::PolicyWriter {
+                manager,
+                evidence: "pid 1 (systemd) holds it open".into(),
+                pid: Some(1),
+                comm: Some("systemd".into()),
+                loaded_at: "2026-11-30T06:00:00Z".into(),
+            }),
+        }))
+    }
+
+    #[test]
+    fn a_device_allow_name_no_driver_has_is_named_with_todays_name() {
+        let mut r = record(
+            "/system.slice/cuda-job.service",
+            "/dev/nvidiactl",
+            195,
+            255,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.driver = Some("nvidia".into());
+        r.denied_by = Some(by_program(
+            "/system.slice/cuda-job.service",
+            Manager::Systemd,
+        ));
+        // Driver 550: major 195 is "nvidia" now.
+        let majors = CharMajors::parse("Character devices:\n195 nvidia\n511 nvidia-uvm\n");
+        let rules: Rc<[String]> = Rc::from(vec![
+            "char-nvidia-frontend rw".to_string(),
+            "char-nvidia-uvm rw".to_string(),
+        ]);
+        let diag = Diagnoser::default()
+            .diagnose(&r, &majors, 0, None, Some(&rules))
+            .expect("diagnosis");
+        assert_eq!(diag.cause, Cause::DeviceAllowNameUnresolved);
+        assert!(
+            diag.explanation
+                .contains("names char-nvidia-frontend, which /proc/devices does not list today"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint.contains("`DeviceAllow=char-nvidia rw`"),
+            "{}",
+            diag.hint
+        );
+        // Every name resolves: not this cause.
+        let resolved: Rc<[String]> = Rc::from(vec!["char-nvidia rw".to_string()]);
+        let diag = Diagnoser::default()
+            .diagnose(&r, &majors, 0, None, Some(&resolved))
+            .expect("diagnosis");
+        assert_ne!(diag.cause, Cause::DeviceAllowNameUnresolved);
+    }
+
+    #[test]
+    fn a_slices_program_is_an_ancestor_policy() {
+        let mut r = record(
+            "/gpu.slice/job.scope",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.denied_by = Some(by_program("/gpu.slice", Manager::Systemd));
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::AncestorPolicy);
+        assert!(
+            diag.explanation.contains("it sits at /gpu.slice, above"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint
+                .contains("`systemctl set-property gpu.slice DeviceAllow='char-nvidia-uvm rw'`"),
+            "{}",
+            diag.hint
+        );
+        // At the container's own cgroup: not an ancestor.
+        r.denied_by = Some(by_program("/gpu.slice/job.scope", Manager::Systemd));
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert_ne!(diag.cause, Cause::AncestorPolicy);
+        assert!(is_strict_ancestor("/", "/a"));
+        assert!(!is_strict_ancestor("/a", "/ab"));
     }
 
     #[test]
@@ -609,7 +843,7 @@ mod tests {
             -1,
         );
         r.driver = None;
-        let diag = d.diagnose(&r, &majors, 1, None).expect("diagnosis");
+        let diag = d.diagnose(&r, &majors, 1, None, None).expect("diagnosis");
         assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
         assert!(
             diag.fix[0].contains("c 511:* rwm") && diag.fix[0].contains("/var/lib/lxc/box/config"),

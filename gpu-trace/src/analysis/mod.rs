@@ -13,3 +13,4 @@ pub mod policy_source;
 pub mod policy_writer;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod unit_rules;

@@ -4,6 +4,7 @@
 use crate::{
     analysis::{
         attribute::Attributor, diagnose::Diagnoser, enrich::Enricher, policy_writer::WriterFinder,
+        unit_rules::UnitRules,
     },
     cgroup::resolver::CgroupResolver,
     host::proc_devices::CharMajors,
@@ -15,6 +16,7 @@ pub struct Pipeline {
     attributor: Attributor,
     diagnoser: Diagnoser,
     writers: WriterFinder,
+    unit_rules: UnitRules,
 }
 
 impl Pipeline {
@@ -24,6 +26,7 @@ impl Pipeline {
             enricher: Enricher::new(cgroups, majors),
             diagnoser: Diagnoser::default(),
             writers: WriterFinder::default(),
+            unit_rules: UnitRules::default(),
         }
     }
 
@@ -62,6 +65,7 @@ impl Pipeline {
             self.enricher.majors(),
             self.enricher.majors_generation(),
             started,
+            self.unit_rules.of_culprit(&record).as_ref(),
         );
         record
     }

@@ -10,4 +10,5 @@ pub mod preflight;
 pub mod proc_devices;
 pub mod proc_pid;
 pub mod runtime_processes;
+pub mod systemd_units;
 pub mod tracefs;

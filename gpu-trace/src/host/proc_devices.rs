@@ -45,6 +45,12 @@ impl CharMajors {
         self.0.get(&major).map(String::as_str)
     }
 
+    /// Whether a char driver of this name is registered (systemd resolves
+    /// `DeviceAllow=char-NAME` against this list).
+    pub fn has_driver(&self, name: &str) -> bool {
+        self.0.values().any(|n| n == name)
+    }
+
     pub fn is_registered(&self, major: u32) -> bool {
         self.0.contains_key(&major)
     }

@@ -23,6 +23,10 @@ pub enum Cause {
     FilePermissions,
     /// Denied by cgroup v1 devices.list, not by a BPF program.
     V1DevicesList,
+    /// systemd's DeviceAllow=char-NAME names a driver /proc/devices lacks.
+    DeviceAllowNameUnresolved,
+    /// The denying program sits at an ancestor of the container's cgroup.
+    AncestorPolicy,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -36,6 +40,8 @@ impl Cause {
             Cause::NodeMissing => "node-missing",
             Cause::FilePermissions => "file-permissions",
             Cause::V1DevicesList => "v1-devices-list",
+            Cause::DeviceAllowNameUnresolved => "device-allow-name-unresolved",
+            Cause::AncestorPolicy => "ancestor-policy",
             Cause::DeviceDenied => "device-denied",
         }
     }

@@ -446,8 +446,8 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
 }
 
 #[test]
-fn a_driver_reload_moves_the_uvm_major_past_a_containers_rules() {
-    let Some(lab) = lab_test("a_driver_reload_moves_the_uvm_major_past_a_containers_rules") else {
+fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
+    let Some(lab) = lab_test("a_driver_reload_moves_the_uvm_major_and_strands_old_nodes") else {
         return;
     };
     let driver = Driver::load(&lab, &[]);
@@ -470,8 +470,9 @@ fn a_driver_reload_moves_the_uvm_major_past_a_containers_rules() {
             &format!("c {old}:* rwm"),
             "-v",
             "/dev:/hostdev",
+            // Bound where the container's programs look for it.
             "-v",
-            "/var/lib/gt-lab-stale:/stale",
+            "/var/lib/gt-lab-stale/nvidia-uvm:/dev/nvidia-uvm",
         ],
     );
     container
@@ -489,17 +490,30 @@ fn a_driver_reload_moves_the_uvm_major_past_a_containers_rules() {
     // The node made before the reload: the policy allows its old major,
     // and no driver owns it any more.
     let stale = container
-        .open("/stale/nvidia-uvm")
+        .open("/dev/nvidia-uvm")
         .expect_err("a stale node fails");
     assert!(stale.contains("No such device"), "{stale}");
 
-    let events = events_of_container(&watcher, name, 1);
+    let events = events_of_container(&watcher, name, 2);
+    assert_eq!(events.len(), 2, "{events:#?}");
     let moved = events
         .iter()
         .find(|e| e["major"] == new)
         .unwrap_or_else(|| panic!("the new major's denial: {events:#?}"));
     assert_eq!(moved["cause"], "dynamic-major-not-allowed", "{moved:#}");
     assert!(fix_text(moved).contains(&format!("c {new}:")), "{moved:#}");
+    let stranded = events
+        .iter()
+        .find(|e| e["major"] == old)
+        .unwrap_or_else(|| panic!("the stale node's failure: {events:#?}"));
+    assert_eq!(stranded["errno"], "ENXIO", "{stranded:#}");
+    assert_eq!(stranded["cause"], "stale-major", "{stranded:#}");
+    assert!(
+        stranded["explanation"]
+            .as_str()
+            .is_some_and(|e| e.contains(&format!("major {new} today"))),
+        "{stranded:#}"
+    );
     let (status, _) = watcher.stop();
     assert!(status.success());
     let _ = fs::remove_dir_all(stale_dir);
@@ -592,4 +606,109 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
     );
     let (status, _) = watcher.stop();
     assert!(status.success());
+}
+
+/// The first event watch wrote about a systemd unit and char major `major`.
+fn event_of_unit(watcher: &Watcher, unit: &str, major: u32) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let found = watcher
+            .lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["container"]["id"] == unit && e["major"] == major);
+        match found {
+            Some(event) => return event,
+            None if Instant::now() < deadline => thread::sleep(Duration::from_millis(100)),
+            None => panic!("no event of {unit}: {:#?}", watcher.lines()),
+        }
+    }
+}
+
+/// `systemd-run` of a short service that opens `node` and lives on a
+/// little (watch reads its policy after the denial); the open must fail.
+fn service_denied(unit: &str, properties: &[&str], node: &str) {
+    let _ = run("systemctl", &["reset-failed", &format!("{unit}.service")]);
+    let mut args = vec!["--unit", unit, "--wait", "--collect"];
+    for property in properties {
+        args.extend_from_slice(&["-p", property]);
+    }
+    let script = format!("cat {node}; status=$?; sleep 3; exit $status");
+    args.extend_from_slice(&["sh", "-c", &script]);
+    let out = run("systemd-run", &args);
+    assert!(!out.status.success(), "{unit}'s open of {node} was allowed");
+}
+
+#[test]
+fn a_device_allow_name_the_driver_no_longer_has_is_named() {
+    let Some(lab) = lab_test("a_device_allow_name_the_driver_no_longer_has_is_named") else {
+        return;
+    };
+    // Driver 550: major 195 is "nvidia", no longer "nvidia-frontend".
+    let _driver = Driver::load(&lab, &["frontend=nvidia"]);
+    make_nodes();
+    assert_eq!(major_of("nvidia"), Some(FRONTEND));
+    assert_eq!(major_of("nvidia-frontend"), None);
+    let watcher = Watcher::start(&["--format", "json"]);
+    let unit = "gt-lab-renamed";
+    service_denied(
+        unit,
+        &["DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw"],
+        "/dev/nvidiactl",
+    );
+    let event = event_of_unit(&watcher, &format!("{unit}.service"), FRONTEND);
+    assert_eq!(event["minor"], 255, "{event:#}");
+    assert_eq!(event["denied_by"]["name"], "sd_devices", "{event:#}");
+    assert_eq!(writer_of(&event), "systemd", "{event:#}");
+    assert_eq!(event["cause"], "device-allow-name-unresolved", "{event:#}");
+    let fix = fix_text(&event);
+    assert!(fix.contains("`DeviceAllow=char-nvidia rw`"), "{fix}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
+    let Some(lab) = lab_test("a_slices_device_policy_is_named_as_the_ancestor_that_denies") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    let slice = "gt-lab-gpu.slice";
+    let unit_file = Path::new("/run/systemd/system").join(slice);
+    fs::create_dir_all(unit_file.parent().expect("a folder")).expect("unit folder");
+    fs::write(
+        &unit_file,
+        "[Slice]\nDevicePolicy=closed\nDeviceAllow=/dev/nvidiactl rw\n",
+    )
+    .expect("write the slice");
+    succeeded("systemctl", &["daemon-reload"]);
+    let watcher = Watcher::start(&["--format", "json"]);
+    // The service itself restricts nothing: only its slice's program runs.
+    let unit = "gt-lab-in-slice";
+    service_denied(unit, &[&format!("Slice={slice}")], "/dev/nvidia-uvm");
+    let event = event_of_unit(&watcher, &format!("{unit}.service"), uvm);
+    assert_eq!(
+        event["container"]["cgroup"],
+        format!("/{slice}/{unit}.service"),
+        "{event:#}"
+    );
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        format!("/{slice}"),
+        "{event:#}"
+    );
+    assert_eq!(writer_of(&event), "systemd", "{event:#}");
+    assert_eq!(event["cause"], "ancestor-policy", "{event:#}");
+    let fix = fix_text(&event);
+    assert!(
+        fix.contains(&format!(
+            "`systemctl set-property {slice} DeviceAllow='char-nvidia-uvm rw'`"
+        )),
+        "{fix}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    let _ = fs::remove_file(&unit_file);
+    let _ = run("systemctl", &["daemon-reload"]);
 }

@@ -51,14 +51,7 @@ impl WriterFinder {
                 return Rc::clone(known);
             }
         }
-        let writer = work_out(
-            name,
-            attached_at,
-            loaded_at,
-            container,
-            holder_of(*id),
-            || oci_runtime_of(&container.id),
-        );
+        let writer = writer_of_program(*id, name, attached_at, loaded_at, container);
         let mut filled = (**culprit).clone();
         if let DeniedBy::Program { writer: slot, .. } = &mut filled {
             *slot = Some(writer);
@@ -70,6 +63,24 @@ impl WriterFinder {
         self.culprits.insert(*id, Rc::clone(&filled));
         filled
     }
+}
+
+/// The writer of a program in force on `container`'s cgroup, asked afresh.
+pub fn writer_of_program(
+    id: u32,
+    name: &str,
+    attached_at: &str,
+    loaded_at: &str,
+    container: &Container,
+) -> PolicyWriter {
+    work_out(
+        name,
+        attached_at,
+        loaded_at,
+        container,
+        holder_of(id),
+        || oci_runtime_of(&container.id),
+    )
 }
 
 /// The writer from the evidence at hand; `runtime` is asked only when the

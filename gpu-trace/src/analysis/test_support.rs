@@ -84,6 +84,7 @@ pub fn lxc_program(
     insns: Vec<gpu_trace_policy::Insn>,
 ) -> crate::kernel::programs_in_force::PolicyProgram {
     crate::kernel::programs_in_force::PolicyProgram {
+        writer: None,
         id: 920,
         name: "lxc_devices".into(),
         tag: "ab12".into(),

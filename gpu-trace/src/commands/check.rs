@@ -13,6 +13,7 @@ use crate::{
     analysis::{
         access_check::{cuda_usable, problems, same_root, view},
         policy_age::written_after_start,
+        policy_writer::writer_of_program,
     },
     cgroup::{
         first_process::first_process,
@@ -48,7 +49,17 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     )?;
     let relative = Path::new("/").join(dir.strip_prefix(mount).unwrap_or(&dir));
     let majors = CharMajors::read().context("reading /proc/devices")?;
-    let policy = CgroupPolicy::read(mount, &relative, &mut ProgramCache::default())?;
+    let mut policy = CgroupPolicy::read(mount, &relative, &mut ProgramCache::default())?;
+    let container = identify(&relative.to_string_lossy(), &NameSources::default());
+    for p in &mut policy.programs {
+        p.writer = Some(writer_of_program(
+            p.id,
+            &p.name,
+            &p.attached_at,
+            &p.loaded_at,
+            &container,
+        ));
+    }
     let v1 = match pid {
         Some(pid) => crate::host::proc_pid::devices_list_of(pid)
             .with_context(|| format!("reading the v1 devices cgroup of pid {pid}"))?,
@@ -67,7 +78,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let problems = problems(&views, nvidia_uvm_loaded);
     let usable = cuda_usable(target_view);
     let report = CheckReport {
-        container: identify(&relative.to_string_lossy(), &NameSources::default()),
+        container,
         cgroup: relative.to_string_lossy().into_owned(),
         pid,
         programs: policy.programs.clone(),

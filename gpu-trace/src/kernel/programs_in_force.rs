@@ -21,6 +21,7 @@ use crate::{
         bpf_sys::{device_programs, dump_program},
         own_programs::held_by_gpu_trace,
     },
+    model::policy_writer::{Manager, PolicyWriter},
 };
 
 /// One device program in force on a cgroup.
@@ -40,6 +41,10 @@ pub struct PolicyProgram {
     /// start times.
     #[serde(skip)]
     pub loaded_boot_ns: u64,
+    /// Who wrote it, when asked for (`check` asks; live attribution keeps
+    /// its own per-program answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writer: Option<PolicyWriter>,
     /// Its translated instructions, as the kernel hands them out; shared
     /// by every cgroup the program governs.
     #[serde(skip)]
@@ -54,7 +59,13 @@ impl PolicyProgram {
         } else {
             format!(" ({})", self.name)
         };
-        format!("prog {}{name} at {}", self.id, self.attached_at)
+        let writer = match &self.writer {
+            Some(w) if w.manager != Manager::Unknown => {
+                format!(", written by {}", w.manager.label())
+            }
+            _ => String::new(),
+        };
+        format!("prog {}{name} at {}{writer}", self.id, self.attached_at)
     }
 }
 
@@ -127,6 +138,7 @@ impl CgroupPolicy {
                 .cloned()
                 .unwrap_or_else(|| ("?".into(), 0));
             programs.push(PolicyProgram {
+                writer: None,
                 id,
                 name: dump.name,
                 tag: dump.tag,

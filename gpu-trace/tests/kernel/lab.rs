@@ -22,7 +22,7 @@ use gpu_trace::{
 };
 use serde_json::Value;
 
-use crate::common::{kernel_test, Watcher, WAIT};
+use crate::common::{check_json_with, kernel_test, Watcher, WAIT};
 
 const FRONTEND: u32 = 195;
 
@@ -380,9 +380,44 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
         scope.as_str(),
         "{event:#}"
     );
+    assert_eq!(writer_of(event), "systemd", "{event:#}");
+    assert_eq!(event["denied_by"]["writer"]["pid"], 1, "{event:#}");
     let fix = fix_text(event);
     assert!(fix.contains("--device"), "{fix}");
     assert!(fix.contains("create-dev-char-symlinks"), "{fix}");
+
+    // check lists both programs with their writers, and the rewrite.
+    let (_, report) = check_json_with(&["--cgroup", &scope], None);
+    let writers: Vec<(u64, &str)> = report["programs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("programs: {report:#}"))
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_u64().expect("an id"),
+                p["writer"]["manager"].as_str().expect("a writer"),
+            )
+        })
+        .collect();
+    assert!(
+        writers.contains(&(u64::from(systemds[0]), "systemd")),
+        "{report:#}"
+    );
+    // The hook's program: loaded by this test, which closed it; no
+    // evidence names its writer.
+    assert!(
+        writers.contains(&(u64::from(hook), "unknown")),
+        "{report:#}"
+    );
+    let rewritten = report["written_after_start"]
+        .as_array()
+        .expect("written_after_start");
+    assert!(
+        rewritten
+            .iter()
+            .any(|p| p["id"].as_u64() == Some(u64::from(systemds[0]))),
+        "{report:#}"
+    );
     let (status, _) = watcher.stop();
     assert!(status.success());
 }
@@ -557,6 +592,8 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
         cgroup.as_str(),
         "{event:#}"
     );
+    assert_eq!(writer_of(event), "crun", "{event:#}");
+    assert_eq!(event["denied_by"]["writer"]["comm"], "conmon", "{event:#}");
 
     // A systemd service with a device allow list of its own.
     let unit = "gt-lab-service";

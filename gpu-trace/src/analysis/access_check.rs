@@ -4,7 +4,7 @@
 
 use std::{
     fs,
-    os::unix::fs::MetadataExt,
+    os::unix::fs::{FileTypeExt, MetadataExt},
     path::{Path, PathBuf},
 };
 
@@ -221,6 +221,35 @@ pub fn decide(
     }
 }
 
+/// GPU nodes of the host view with no /dev/char/MAJ:MIN link to them. runc
+/// (systemd cgroup driver) hands a passed device to systemd as
+/// `DeviceAllow=/dev/char/MAJ:MIN`; without the link systemd drops the rule
+/// and the next `systemctl daemon-reload` takes the device away.
+/// nvidia-modprobe makes nodes without udev, hence without links.
+pub fn missing_char_links(view: &View, dev_char: &Path) -> Vec<String> {
+    view.nodes
+        .iter()
+        .filter(|row| {
+            let link = dev_char.join(format!("{}:{}", row.major, row.minor));
+            !fs::metadata(&link).is_ok_and(|m| {
+                m.file_type().is_char_device()
+                    && (libc::major(m.rdev()), libc::minor(m.rdev())) == (row.major, row.minor)
+            })
+        })
+        .map(|row| {
+            format!(
+                "{}/{}:{} is missing (for {}): systemd drops a `DeviceAllow=/dev/char/{}:{}` rule for it, so a passed device is lost at the next `systemctl daemon-reload`; `nvidia-ctk system create-dev-char-symlinks --create-all` makes the links",
+                dev_char.display(),
+                row.major,
+                row.minor,
+                row.path.display(),
+                row.major,
+                row.minor
+            )
+        })
+        .collect()
+}
+
 /// What stands in CUDA's way, one line each: stale majors, needed nodes
 /// not allowed, nodes missing, nvidia_uvm not loaded.
 pub fn problems(views: &[View], nvidia_uvm_loaded: bool) -> Vec<String> {
@@ -310,5 +339,36 @@ mod tests {
         let (decision, why) = decide(&p, None, &rw(509));
         assert_eq!(decision, Decision::Unknown);
         assert!(why.starts_with("cannot evaluate program 920: "), "{why}");
+    }
+
+    #[test]
+    fn nodes_without_a_dev_char_link_are_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // /dev/null is c 1:3 everywhere: a link to it counts as present.
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("1:3")).expect("link");
+        let row = |major, minor, path: &str| NodeRow {
+            node: NvidiaNode::Ctl,
+            path: path.into(),
+            kind: "nvidiactl".into(),
+            major,
+            minor,
+            access: "rwm".into(),
+            verdict: "allowed",
+            decided_by: String::new(),
+            stale: None,
+        };
+        let view = View {
+            name: "host",
+            dev_dir: "/dev".into(),
+            nodes: vec![row(1, 3, "/dev/a"), row(195, 255, "/dev/nvidiactl")],
+            missing: Vec::new(),
+        };
+        let warnings = missing_char_links(&view, dir.path());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("/195:255 is missing (for /dev/nvidiactl)"),
+            "{}",
+            warnings[0]
+        );
     }
 }

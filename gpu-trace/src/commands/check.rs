@@ -11,7 +11,7 @@ use anyhow::Context;
 
 use crate::{
     analysis::{
-        access_check::{cuda_usable, problems, same_root, view},
+        access_check::{cuda_usable, missing_char_links, problems, same_root, view},
         policy_age::written_after_start,
         policy_writer::writer_of_program,
     },
@@ -76,6 +76,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let target_view = views.last().expect("the host view is always there");
     let nvidia_uvm_loaded = nvidia_uvm_loaded();
     let problems = problems(&views, nvidia_uvm_loaded);
+    let warnings = missing_char_links(&views[0], Path::new("/dev/char"));
     let usable = cuda_usable(target_view);
     let report = CheckReport {
         container,
@@ -91,6 +92,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         nvidia_uvm_loaded,
         usable,
         problems,
+        warnings,
     };
     let mut out = io::stdout().lock();
     match args.format {

@@ -49,7 +49,8 @@ impl Manager {
             "podman" | "conmon" => Manager::Podman,
             "gpu-trace" => Manager::GpuTrace,
             "snapd" => Manager::Snapd,
-            c if c.starts_with("lxc") => Manager::Lxc,
+            // lxc-start, or its monitor renamed "[lxc monitor] PATH NAME".
+            c if c.starts_with("lxc") || c.starts_with("[lxc") => Manager::Lxc,
             c if c.starts_with("nvidia-") => Manager::NvidiaContainerToolkit,
             c if c.starts_with("snap-") => Manager::Snapd,
             _ => return None,

@@ -30,6 +30,8 @@ pub struct CheckReport {
     /// Every device CUDA needs is there, current and allowed, in the target's view.
     pub usable: bool,
     pub problems: Vec<String>,
+    /// Risks that do not stop CUDA now: missing /dev/char links.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -123,6 +125,13 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
             (Some(style::FAILED), "problem:"),
             (None, " "),
             (None, problem),
+        ])?;
+    }
+    for warning in &report.warnings {
+        out.parts(&[
+            (Some(style::FAILED), "warning:"),
+            (None, " "),
+            (None, warning),
         ])?;
     }
     if report.usable {

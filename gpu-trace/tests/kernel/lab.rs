@@ -409,6 +409,15 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
         writers.contains(&(u64::from(hook), "unknown")),
         "{report:#}"
     );
+    // Nodes made as nvidia-modprobe makes them have no /dev/char links,
+    // which is what lets systemd drop passed devices on a reload.
+    let warnings = report["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!(
+            "/dev/char/{uvm}:0 is missing (for /dev/nvidia-uvm)"
+        )),
+        "{report:#}"
+    );
     let rewritten = report["written_after_start"]
         .as_array()
         .expect("written_after_start");

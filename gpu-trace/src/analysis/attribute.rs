@@ -8,13 +8,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer};
+use gpu_trace_policy::{evaluate, Answer, DeviceQuery, DevicesList, Outcome, V1Answer};
 use rustc_hash::FxHashMap;
 
 use crate::{
     analysis::policy_source::{LiveHost, PolicySource},
     kernel::programs_in_force::CgroupPolicy,
-    model::{access::Verdict, denied_by::DeniedBy, record::Record, rendered::Rendered},
+    model::{
+        access::Verdict,
+        denied_by::{AllowingProgram, DeniedBy},
+        record::Record,
+        rendered::Rendered,
+    },
 };
 
 pub struct Attributor<S = LiveHost> {
@@ -185,7 +190,21 @@ impl<S: PolicySource> Attributor<S> {
         match policy.answer(query) {
             Answer::DeniedBy(i) => {
                 let p = &policy.programs[i];
+                let allowed_by = policy
+                    .programs
+                    .iter()
+                    .filter(|other| {
+                        other.id != p.id
+                            && matches!(evaluate(&other.insns, query), Ok(Outcome::Allow))
+                    })
+                    .map(|other| AllowingProgram {
+                        id: other.id,
+                        name: other.name.clone(),
+                        attached_at: other.attached_at.clone(),
+                    })
+                    .collect();
                 Ok(DeniedBy::Program {
+                    allowed_by,
                     id: p.id,
                     name: p.name.clone(),
                     tag: p.tag.clone(),
@@ -333,6 +352,7 @@ mod tests {
                 loaded_at: "2026-11-30T06:00:00Z".into(),
                 loaded_boot_ns: 1_000_000_000,
                 writer: None,
+                allowed_by: Vec::new(),
             }
         );
     }

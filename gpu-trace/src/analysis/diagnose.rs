@@ -205,6 +205,8 @@ impl Diagnoser {
                     stale
                 } else if let Some(ancestor) = ancestor_policy(record) {
                     ancestor
+                } else if let Some(stacked) = stacked_programs(record) {
+                    stacked
                 } else if record.node.is_some_and(NvidiaNode::has_dynamic_major) {
                     dynamic_major_not_allowed(
                         record,
@@ -436,6 +438,50 @@ fn device_allow_name_unresolved(
             policy_text(record),
             device_text(record),
             prose(unit)
+        ),
+        fix,
+    })
+}
+
+/// Another program in force allows what the culprit denies: every program
+/// on the path must allow an access (crun's program beside systemd's, a
+/// hook that patched only one of them).
+fn stacked_programs(record: &Record) -> Option<Parts> {
+    let DeniedBy::Program {
+        allowed_by, writer, ..
+    } = &**record.denied_by.as_deref()?
+    else {
+        return None;
+    };
+    let allowing = allowed_by.first()?;
+    let allowing_name = if allowing.name.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", prose(&allowing.name))
+    };
+    let writer = writer
+        .as_ref()
+        .filter(|w| w.manager != Manager::Unknown)
+        .map(|w| format!(" (written by {})", w.manager.label()))
+        .unwrap_or_default();
+    let node = record.node;
+    let mut fix = vec![format!(
+        "make the denying program allow it too{writer}: a rule added to one program alone is not enough"
+    )];
+    fix.extend(allow_device(
+        &record.container,
+        &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
+        record.access.major,
+        node.unwrap_or(NvidiaNode::Gpu(0)),
+    ));
+    Some(Parts {
+        cause: Cause::StackedPrograms,
+        explanation: format!(
+            "{} denies {}, while prog {}{allowing_name} at {} allows it: every device program in force must allow an access, so the one that denies decides",
+            policy_text(record),
+            device_text(record),
+            allowing.id,
+            prose(&allowing.attached_at),
         ),
         fix,
     })
@@ -675,6 +721,7 @@ mod tests {
             loaded_at: "2026-11-30T06:03:12Z".into(),
             loaded_boot_ns: loaded_s * 1_000_000_000,
             writer: None,
+            allowed_by: Vec::new(),
         };
         let started = FirstProcess {
             pid: 8812,
@@ -716,6 +763,7 @@ mod tests {
             attached_at: attached_at.into(),
             loaded_at: "2026-11-30T06:00:00Z".into(),
             loaded_boot_ns: 0,
+            allowed_by: Vec::new(),
             writer: Some(crate::model::policy_writer::PolicyWriter {
                 manager,
                 evidence: "pid 1 (systemd) holds it open".into(),
@@ -768,6 +816,42 @@ mod tests {
             .diagnose(&r, &majors, 0, None, Some(&resolved))
             .expect("diagnosis");
         assert_ne!(diag.cause, Cause::DeviceAllowNameUnresolved);
+    }
+
+    #[test]
+    fn a_second_program_that_allows_makes_it_stacked() {
+        let mut r = record(
+            "/machine.slice/libpod-ab.scope/container",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        let mut culprit =
+            (**by_program("/machine.slice/libpod-ab.scope/container", Manager::Crun)).clone();
+        if let DeniedBy::Program { allowed_by, .. } = &mut culprit {
+            allowed_by.push(crate::model::denied_by::AllowingProgram {
+                id: 12,
+                name: "hook".into(),
+                attached_at: "/machine.slice/libpod-ab.scope".into(),
+            });
+        }
+        r.denied_by = Some(Rc::new(crate::model::rendered::Rendered::new(culprit)));
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::StackedPrograms);
+        assert!(
+            diag.explanation
+                .contains("while prog 12 (hook) at /machine.slice/libpod-ab.scope allows it"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint
+                .starts_with("make the denying program allow it too (written by crun)"),
+            "{}",
+            diag.hint
+        );
     }
 
     #[test]

@@ -21,11 +21,23 @@ pub enum DeniedBy {
         loaded_boot_ns: u64,
         /// Who loaded and attached it, and on what evidence.
         writer: Option<PolicyWriter>,
+        /// Other programs in force that allow the same access: stacked
+        /// policies, of which every one must allow.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        allowed_by: Vec<AllowingProgram>,
     },
     /// cgroup v1's devices controller of this (v1) cgroup.
     DevicesList { cgroup: String, note: String },
     /// The evaluator could not say; never a guess.
     Unknown { note: String },
+}
+
+/// A program in force that allows what another denies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllowingProgram {
+    pub id: u32,
+    pub name: String,
+    pub attached_at: String,
 }
 
 impl DeniedBy {

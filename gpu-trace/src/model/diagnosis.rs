@@ -27,6 +27,8 @@ pub enum Cause {
     DeviceAllowNameUnresolved,
     /// The denying program sits at an ancestor of the container's cgroup.
     AncestorPolicy,
+    /// Another program in force allows what the denying one refuses.
+    StackedPrograms,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -42,6 +44,7 @@ impl Cause {
             Cause::V1DevicesList => "v1-devices-list",
             Cause::DeviceAllowNameUnresolved => "device-allow-name-unresolved",
             Cause::AncestorPolicy => "ancestor-policy",
+            Cause::StackedPrograms => "stacked-programs",
             Cause::DeviceDenied => "device-denied",
         }
     }

@@ -16,7 +16,8 @@ use std::{
 
 use gpu_trace::{
     kernel::bpf_sys::{
-        device_programs, dump_program, load_device_program, replace_attached_program,
+        attach_device_program, device_programs, dump_program, load_device_program,
+        replace_attached_program,
     },
     scenario::denylist_program,
 };
@@ -757,4 +758,57 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
     assert!(status.success());
     let _ = fs::remove_file(&unit_file);
     let _ = run("systemctl", &["daemon-reload"]);
+}
+
+#[test]
+fn podman_with_a_second_program_at_its_scope_is_stacked() {
+    let Some(lab) = lab_test("podman_with_a_second_program_at_its_scope_is_stacked") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    let name = "gt-lab-stacked";
+    let container = Container::start(
+        "podman",
+        &lab,
+        name,
+        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
+    );
+    // crun's program at the scope's `container` child; a hook's that allows
+    // everything at the scope itself, as a hook that patched only one does.
+    let inner = container.cgroup();
+    let scope = inner
+        .strip_suffix("/container")
+        .unwrap_or_else(|| panic!("crun's cgroup {inner}"))
+        .to_string();
+    assert!(programs_at(&scope).is_empty(), "{:?}", programs_at(&scope));
+    let hook = load_device_program("gt_lab_hook", &denylist_program(&[])).expect("load");
+    let dir = fs::File::open(cgroup_dir(&scope)).expect("open the scope");
+    let _link = attach_device_program(&hook, &dir).expect("attach at the scope");
+    let hook_id = programs_at(&scope)[0].0;
+
+    let watcher = Watcher::start(&["--format", "json"]);
+    assert_denied(container.open("/dev/nvidia-uvm"));
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        inner.as_str(),
+        "{event:#}"
+    );
+    assert_eq!(writer_of(event), "crun", "{event:#}");
+    assert_eq!(
+        event["denied_by"]["allowed_by"][0]["id"], hook_id,
+        "{event:#}"
+    );
+    assert_eq!(
+        event["denied_by"]["allowed_by"][0]["attached_at"],
+        scope.as_str(),
+        "{event:#}"
+    );
+    assert_eq!(event["cause"], "stacked-programs", "{event:#}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
 }

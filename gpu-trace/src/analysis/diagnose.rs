@@ -3,7 +3,7 @@
 //!
 //! The catalogue of causes is documented in README.md ("Root causes").
 
-use std::rc::Rc;
+use std::{path::PathBuf, rc::Rc};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -11,6 +11,7 @@ use crate::{
     analysis::policy_age::{duration_text, seconds_after_start},
     cgroup::first_process::FirstProcess,
     host::{
+        nvidia_runtime_config::no_cgroups_config,
         proc_devices::CharMajors,
         systemd_units::{char_names, unit_of_cgroup},
     },
@@ -60,7 +61,7 @@ const PLACEHOLDERS: [&str; 2] = [CONTAINER, NODE_PATH];
 /// Remembers which (cgroup, device) pairs were allowed, to recognise rules
 /// rewritten while a container runs, and caches diagnoses: a denial
 /// retried in a loop is diagnosed once.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Diagnoser {
     allowed: FxHashSet<(u64, u32, u32)>,
     /// cgroups in which the NVIDIA frontend (195) was seen allowed.
@@ -68,6 +69,21 @@ pub struct Diagnoser {
     cache: FxHashMap<DiagnosisKey, Option<Rc<Diagnosis>>>,
     /// Which /proc/devices snapshot (its generation) the cache was filled against.
     majors_seen: Option<u64>,
+    /// NVIDIA's runtime configuration when it says `no-cgroups = true`;
+    /// read on each new diagnosis (they are cached).
+    no_cgroups_config: fn() -> Option<PathBuf>,
+}
+
+impl Default for Diagnoser {
+    fn default() -> Self {
+        Self {
+            allowed: FxHashSet::default(),
+            frontend_allowed: FxHashSet::default(),
+            cache: FxHashMap::default(),
+            majors_seen: None,
+            no_cgroups_config,
+        }
+    }
 }
 
 /// Everything a diagnosis depends on besides what `Diagnoser` learns.
@@ -205,6 +221,8 @@ impl Diagnoser {
                     stale
                 } else if let Some(ancestor) = ancestor_policy(record) {
                     ancestor
+                } else if let Some(hookless) = no_cgroups_hook(record, self.no_cgroups_config) {
+                    hookless
                 } else if let Some(stacked) = stacked_programs(record) {
                     stacked
                 } else if record.node.is_some_and(NvidiaNode::has_dynamic_major) {
@@ -438,6 +456,44 @@ fn device_allow_name_unresolved(
             policy_text(record),
             device_text(record),
             prose(unit)
+        ),
+        fix,
+    })
+}
+
+/// An engine's own program denied an NVIDIA node, and NVIDIA's runtime
+/// configuration says `no-cgroups = true`: its hook never added the GPUs
+/// to the container's rules (right for rootless podman, not for a rootful
+/// runtime, which has a program of its own here).
+fn no_cgroups_hook(record: &Record, config: fn() -> Option<PathBuf>) -> Option<Parts> {
+    let node = record.node?;
+    let engine = matches!(
+        record.container.runtime,
+        Runtime::Docker | Runtime::Containerd | Runtime::Crio | Runtime::Podman
+    );
+    let (attached_at, _) = culprit_program(record)?;
+    if !engine || !attached_at.starts_with(&record.container.cgroup) {
+        return None;
+    }
+    let config = config()?;
+    let shown = config.display().to_string();
+    let mut fix = vec![format!(
+        "set `no-cgroups = false` under [nvidia-container-cli] in {} (rootful runtimes), then recreate the container",
+        prose(&shown)
+    )];
+    fix.extend(allow_device(
+        &record.container,
+        &node.dev_path(),
+        record.access.major,
+        node,
+    ));
+    Some(Parts {
+        cause: Cause::NoCgroupsHook,
+        explanation: format!(
+            "{} denies {}: {} says `no-cgroups = true`, so NVIDIA's hook added no GPU to the container's device rules",
+            policy_text(record),
+            device_text(record),
+            prose(&shown)
         ),
         fix,
     })
@@ -851,6 +907,36 @@ mod tests {
                 .starts_with("make the denying program allow it too (written by crun)"),
             "{}",
             diag.hint
+        );
+    }
+
+    #[test]
+    fn a_runtime_config_with_no_cgroups_is_named() {
+        let id = "3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+        let scope = format!("/system.slice/docker-{id}.scope");
+        let mut r = record(
+            &scope,
+            "/dev/nvidia0",
+            195,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.denied_by = Some(by_program(&scope, Manager::Runc));
+        let mut d = Diagnoser {
+            no_cgroups_config: || Some("/etc/nvidia-container-runtime/config.toml".into()),
+            ..Diagnoser::default()
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::NoCgroupsHook);
+        assert!(diag.hint.starts_with("set `no-cgroups = false` under [nvidia-container-cli] in /etc/nvidia-container-runtime/config.toml"), "{}", diag.hint);
+        let mut d = Diagnoser {
+            no_cgroups_config: || None,
+            ..Diagnoser::default()
+        };
+        assert_ne!(
+            diagnose(&mut d, &r).expect("diagnosis").cause,
+            Cause::NoCgroupsHook
         );
     }
 

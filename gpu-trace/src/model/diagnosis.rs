@@ -29,6 +29,8 @@ pub enum Cause {
     AncestorPolicy,
     /// Another program in force allows what the denying one refuses.
     StackedPrograms,
+    /// NVIDIA's runtime config says no-cgroups = true on a rootful runtime.
+    NoCgroupsHook,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -45,6 +47,7 @@ impl Cause {
             Cause::DeviceAllowNameUnresolved => "device-allow-name-unresolved",
             Cause::AncestorPolicy => "ancestor-policy",
             Cause::StackedPrograms => "stacked-programs",
+            Cause::NoCgroupsHook => "no-cgroups-hook",
             Cause::DeviceDenied => "device-denied",
         }
     }

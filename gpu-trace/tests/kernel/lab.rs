@@ -812,3 +812,43 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
     let (status, _) = watcher.stop();
     assert!(status.success());
 }
+
+#[test]
+fn a_runtime_config_with_no_cgroups_is_named() {
+    let Some(lab) = lab_test("a_runtime_config_with_no_cgroups_is_named") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    make_nodes();
+    let config = Path::new("/etc/nvidia-container-runtime/config.toml");
+    fs::create_dir_all(config.parent().expect("a folder")).expect("config folder");
+    fs::write(
+        config,
+        "[nvidia-container-cli]\nldconfig = \"@/sbin/ldconfig\"\nno-cgroups = true\n",
+    )
+    .expect("write the config");
+    let watcher = Watcher::start(&["--format", "json"]);
+    let name = "gt-lab-no-cgroups";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &["-v", "/dev/nvidiactl:/dev/nvidiactl"],
+    );
+    assert_denied(container.open("/dev/nvidiactl"));
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], FRONTEND, "{event:#}");
+    assert_eq!(event["cause"], "no-cgroups-hook", "{event:#}");
+    assert!(
+        fix_text(event).contains(&format!(
+            "`no-cgroups = false` under [nvidia-container-cli] in {}",
+            config.display()
+        )),
+        "{event:#}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    let _ = fs::remove_file(config);
+}

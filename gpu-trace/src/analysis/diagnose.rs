@@ -69,9 +69,37 @@ pub struct Diagnoser {
     cache: FxHashMap<DiagnosisKey, Option<Rc<Diagnosis>>>,
     /// Which /proc/devices snapshot (its generation) the cache was filled against.
     majors_seen: Option<u64>,
-    /// NVIDIA's runtime configuration when it says `no-cgroups = true`;
-    /// read on each new diagnosis (they are cached).
+    host: HostFacts,
+}
+
+/// What a diagnosis asks of the host besides /proc/devices, on each new
+/// diagnosis (they are cached); unit tests put their own in.
+#[derive(Debug, Clone, Copy)]
+struct HostFacts {
+    /// NVIDIA's runtime configuration, when it says `no-cgroups = true`.
     no_cgroups_config: fn() -> Option<PathBuf>,
+    /// The node's mode and group as process `pid` sees the path, and the
+    /// process's groups; None when it is gone.
+    node_group: fn(u32, &[u8]) -> Option<NodeGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodeGroup {
+    mode: u32,
+    gid: u32,
+    process_groups: Vec<u32>,
+}
+
+fn node_group_now(pid: u32, path: &[u8]) -> Option<NodeGroup> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let (mode, gid) = crate::host::in_root::mode_and_group_in(&root, path)?;
+    Some(NodeGroup {
+        mode,
+        gid,
+        process_groups: crate::host::proc_pid::groups_of(pid)?,
+    })
 }
 
 impl Default for Diagnoser {
@@ -81,7 +109,10 @@ impl Default for Diagnoser {
             frontend_allowed: FxHashSet::default(),
             cache: FxHashMap::default(),
             majors_seen: None,
-            no_cgroups_config,
+            host: HostFacts {
+                no_cgroups_config,
+                node_group: node_group_now,
+            },
         }
     }
 }
@@ -188,7 +219,11 @@ impl Diagnoser {
         Some(match a.verdict {
             Verdict::Allowed => return stale_node_opened(record, majors),
             Verdict::FailedBeforeDeviceCheck if errno == Some(libc::EACCES) => {
-                file_permissions(record)
+                let group = a
+                    .open
+                    .as_ref()
+                    .and_then(|o| (self.host.node_group)(a.pid, &o.path));
+                file_permissions(record, group)
             }
             Verdict::FailedBeforeDeviceCheck => node_missing(record),
             Verdict::DeniedAfterBpf => v1_devices_list(record),
@@ -221,7 +256,8 @@ impl Diagnoser {
                     stale
                 } else if let Some(ancestor) = ancestor_policy(record) {
                     ancestor
-                } else if let Some(hookless) = no_cgroups_hook(record, self.no_cgroups_config) {
+                } else if let Some(hookless) = no_cgroups_hook(record, self.host.no_cgroups_config)
+                {
                     hookless
                 } else if let Some(stacked) = stacked_programs(record) {
                     stacked
@@ -630,22 +666,48 @@ fn node_missing(record: &Record) -> Parts {
     }
 }
 
-fn file_permissions(record: &Record) -> Parts {
+fn file_permissions(record: &Record, group: Option<NodeGroup>) -> Parts {
     let path = path_of(record);
-    Parts {
-        cause: Cause::FilePermissions,
-        explanation: format!(
-            "{} refused uid {} with EACCES: its file mode or group does not let this user in; this is not the device policy",
-            prose(&path),
-            record.access.uid
-        ),
-        fix: vec![
-            format!(
-                "check `ls -l -- {}`: NVIDIA's nodes are normally crw-rw-rw-",
-                command_word(&path, NODE_PATH)
+    let shown = prose(&path);
+    let uid = record.access.uid;
+    let path_word = command_word(&path, NODE_PATH);
+    // The group may open it, others may not, and the process is not in it.
+    let missing_group = group.filter(|g| {
+        let group_rw = g.mode & 0o060 == 0o060;
+        let other_rw = g.mode & 0o006 == 0o006;
+        group_rw && !other_rw && !g.process_groups.contains(&g.gid)
+    });
+    match missing_group {
+        Some(g) => Parts {
+            cause: Cause::FilePermissions,
+            explanation: format!(
+                "{shown} refused uid {uid} with EACCES: it is mode {:o}, open to group {} only, and the process is not in that group (its groups: {}); this is not the device policy",
+                g.mode & 0o7777,
+                g.gid,
+                g.process_groups
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ),
-            "add the user to the node's group (video or render), or set the driver's NVreg_DeviceFileMode / NVreg_DeviceFileGID module options".to_string(),
-        ],
+            fix: vec![
+                format!(
+                    "give the container group {}: `--group-add {}` (Docker, podman), `securityContext.supplementalGroups: [{}]` (Kubernetes); with a user namespace, map that host gid into it",
+                    g.gid, g.gid, g.gid
+                ),
+                format!("or check `ls -ln -- {path_word}`: the driver's NVreg_DeviceFileGID / NVreg_DeviceFileMode set the group and mode"),
+            ],
+        },
+        None => Parts {
+            cause: Cause::FilePermissions,
+            explanation: format!(
+                "{shown} refused uid {uid} with EACCES: its file mode or group does not let this user in; this is not the device policy"
+            ),
+            fix: vec![
+                format!("check `ls -l -- {path_word}`: NVIDIA's nodes are normally crw-rw-rw-"),
+                "add the user to the node's group (video or render), or set the driver's NVreg_DeviceFileMode / NVreg_DeviceFileGID module options".to_string(),
+            ],
+        },
     }
 }
 
@@ -923,21 +985,62 @@ mod tests {
             -libc::EPERM,
         );
         r.denied_by = Some(by_program(&scope, Manager::Runc));
-        let mut d = Diagnoser {
-            no_cgroups_config: || Some("/etc/nvidia-container-runtime/config.toml".into()),
-            ..Diagnoser::default()
-        };
+        let mut d = Diagnoser::default();
+        d.host.no_cgroups_config = || Some("/etc/nvidia-container-runtime/config.toml".into());
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert_eq!(diag.cause, Cause::NoCgroupsHook);
         assert!(diag.hint.starts_with("set `no-cgroups = false` under [nvidia-container-cli] in /etc/nvidia-container-runtime/config.toml"), "{}", diag.hint);
-        let mut d = Diagnoser {
-            no_cgroups_config: || None,
-            ..Diagnoser::default()
-        };
+        let mut d = Diagnoser::default();
+        d.host.no_cgroups_config = || None;
         assert_ne!(
             diagnose(&mut d, &r).expect("diagnosis").cause,
             Cause::NoCgroupsHook
         );
+    }
+
+    #[test]
+    fn a_node_open_to_a_group_the_process_lacks_names_the_group() {
+        let r = record(
+            "/system.slice/docker-ab.scope",
+            "/dev/dri/renderD128",
+            226,
+            128,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::EACCES,
+        );
+        let mut d = Diagnoser::default();
+        d.host.node_group = |_, _| {
+            Some(NodeGroup {
+                mode: 0o20660,
+                gid: 109,
+                process_groups: vec![1000, 44],
+            })
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::FilePermissions);
+        assert!(
+            diag.explanation
+                .contains("mode 660, open to group 109 only"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint
+                .starts_with("give the container group 109: `--group-add 109`"),
+            "{}",
+            diag.hint
+        );
+        // In the group already: the general advice.
+        let mut d = Diagnoser::default();
+        d.host.node_group = |_, _| {
+            Some(NodeGroup {
+                mode: 0o20660,
+                gid: 109,
+                process_groups: vec![109],
+            })
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert!(diag.hint.starts_with("check `ls -l"), "{}", diag.hint);
     }
 
     #[test]

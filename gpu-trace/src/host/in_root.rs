@@ -56,6 +56,22 @@ pub fn char_devices_in(root: &Path, dir: &str) -> Vec<(PathBuf, u64)> {
         .collect()
 }
 
+/// Mode and group of `path` (absolute, as the process sees it) under
+/// `root`, resolved inside that root.
+pub fn mode_and_group_in(root: &Path, path: &Path) -> Option<(u32, u32)> {
+    let root_fd = nix::fcntl::open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map(owned)
+    .ok()?;
+    let inside = path.strip_prefix("/").ok()?;
+    let node = open_in_root(&root_fd, inside, OFlag::O_PATH).ok()?;
+    let stat = fstat(node.as_raw_fd()).ok()?;
+    Some((stat.st_mode, stat.st_gid))
+}
+
 fn open_in_root(root: &OwnedFd, path: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
     let how = OpenHow::new()
         .flags(flags | OFlag::O_CLOEXEC)

@@ -26,6 +26,31 @@ pub fn devices_list_of(pid: u32) -> std::io::Result<Option<DevicesList>> {
     }))
 }
 
+/// The group ids of process `pid` (its gid and supplementary groups), as
+/// the host numbers them; None when it is gone.
+pub fn groups_of(pid: u32) -> Option<Vec<u32>> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    groups_in(&status)
+}
+
+fn groups_in(status: &str) -> Option<Vec<u32>> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    // "Gid:\treal effective saved fs"
+    let effective = field("Gid:")?.split_whitespace().nth(1)?.parse().ok()?;
+    let mut groups = vec![effective];
+    groups.extend(
+        field("Groups:")?
+            .split_whitespace()
+            .filter_map(|g| g.parse::<u32>().ok()),
+    );
+    Some(groups)
+}
+
 /// The command name of process `pid`; empty when it is gone.
 pub fn comm_of(pid: u32) -> String {
     fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -84,5 +109,12 @@ mod tests {
         assert_eq!(start_ticks_in(stat), Some(123_456));
         assert_eq!(start_ticks_in("4242 (x"), None);
         assert!(start_boot_ns(std::process::id()).expect("own start") > 0);
+    }
+
+    #[test]
+    fn reads_the_effective_gid_and_supplementary_groups() {
+        let status = "Name:\tsh\nUid:\t65534\t65534\t65534\t65534\nGid:\t100\t65534\t65534\t65534\nGroups:\t44 109 \n";
+        assert_eq!(groups_in(status), Some(vec![65534, 44, 109]));
+        assert_eq!(groups_in("Gid:\t0\t0\t0\t0\nGroups:\t\n"), Some(vec![0]));
     }
 }

@@ -429,6 +429,46 @@ fn run_names_file_permissions_not_the_policy() {
 }
 
 #[test]
+fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
+    let Some(_host) = kernel_test("run_names_the_group_a_process_lacks_for_a_group_only_node")
+    else {
+        return;
+    };
+    // crw-rw---- root:video (44), as a render node or a driver with
+    // NVreg_DeviceFileGID set has it.
+    let node = DevNode::create(NVIDIA_FRONTEND_MAJOR, 251, 0o660);
+    std::os::unix::fs::chown(&node.0, Some(0), Some(44)).expect("chown to video");
+    // The shell opens it and stays a while: the diagnosis reads its groups.
+    let script = format!("true <{}; sleep 2", node.0.display());
+    let command: Vec<String> = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--groups=100",
+        "sh",
+        "-c",
+        &script,
+    ]
+    .map(String::from)
+    .into();
+    let output = gpu_trace_run(&["--format", "json"], &command);
+    let (report, _) = json_report(&output);
+    let event = &report["problems"][0]["event"];
+    assert_eq!(event["cause"], "file-permissions", "{report:#}");
+    assert_eq!(event["errno"], "EACCES");
+    let explanation = event["explanation"].as_str().expect("explanation");
+    assert!(
+        explanation.contains("mode 660, open to group 44 only, and the process is not in that group (its groups: 65534 100)"),
+        "{explanation}"
+    );
+    let hint = event["hint"].as_str().expect("hint");
+    assert!(
+        hint.starts_with("give the container group 44: `--group-add 44`"),
+        "{hint}"
+    );
+}
+
+#[test]
 fn run_names_a_cgroup_v1_devices_list_denial() {
     let Some(host) = kernel_test("run_names_a_cgroup_v1_devices_list_denial") else {
         return;

@@ -405,6 +405,7 @@ fn rules_rewritten(record: &Record, what: String) -> Parts {
         Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio => vec![
             "give the container its GPUs as devices (`--gpus all` / `--device`, or CDI specs) so reloads keep them".to_string(),
             "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
+            "or let the engine manage cgroups itself: the cgroupfs driver (dockerd `\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]`, containerd `SystemdCgroup = false`), whose rules systemd never re-applies".to_string(),
             "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),
         ],
         Runtime::Systemd => vec![format!(

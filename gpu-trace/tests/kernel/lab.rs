@@ -386,6 +386,7 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
     let fix = fix_text(event);
     assert!(fix.contains("--device"), "{fix}");
     assert!(fix.contains("create-dev-char-symlinks"), "{fix}");
+    assert!(fix.contains("native.cgroupdriver=cgroupfs"), "{fix}");
 
     // check lists both programs with their writers, and the rewrite.
     let (_, report) = check_json_with(&["--cgroup", &scope], None);

@@ -119,8 +119,10 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     let ret = record_field::<i64>(ctx, RET) as i32;
     let seen = call.seen & SEEN_DEVICE != 0;
     if call.seen & SEEN_WATCHED != 0 {
-        // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g. v1).
-        let denied = call.hook_verdict != 0 || ret == EPERM;
+        // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g.
+        // v1); EACCES after the device check is a security module's refusal
+        // (file mode refusals come before the device check, and never get here).
+        let denied = call.hook_verdict != 0 || ret == EPERM || ret == EACCES;
         if denied || report_allowed() {
             emit(&call, pid_tgid, ret, FLAG_DEVICE_SEEN | FLAG_HAS_SYSCALL);
         }

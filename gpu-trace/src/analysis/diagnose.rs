@@ -13,6 +13,7 @@ use crate::{
     host::{
         nvidia_runtime_config::no_cgroups_config,
         proc_devices::CharMajors,
+        security_modules::{security_module_of, SecurityModule},
         systemd_units::{char_names, unit_of_cgroup},
     },
     model::{
@@ -81,6 +82,8 @@ struct HostFacts {
     /// The node's mode and group as process `pid` sees the path, and the
     /// process's groups; None when it is gone.
     node_group: fn(u32, &[u8]) -> Option<NodeGroup>,
+    /// The security module confining process `pid`.
+    security_module: fn(u32) -> Option<SecurityModule>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +115,7 @@ impl Default for Diagnoser {
             host: HostFacts {
                 no_cgroups_config,
                 node_group: node_group_now,
+                security_module: security_module_of,
             },
         }
     }
@@ -227,6 +231,9 @@ impl Diagnoser {
             }
             Verdict::FailedBeforeDeviceCheck => node_missing(record),
             Verdict::DeniedAfterBpf => v1_devices_list(record),
+            Verdict::DeniedAfterDeviceCheck => {
+                lsm_denied(record, (self.host.security_module)(a.pid))
+            }
             // Denied reaches here only unattributed; BPF is the usual layer.
             Verdict::DeniedByBpfPolicy | Verdict::DeniedLayerUnknown => {
                 if self.allowed.contains(&(a.cgroup_id, a.major, a.minor)) {
@@ -712,6 +719,52 @@ fn file_permissions(record: &Record, group: Option<NodeGroup>) -> Parts {
     }
 }
 
+/// The device check allowed it and the open still got EACCES: SELinux or
+/// AppArmor, which check after it.
+fn lsm_denied(record: &Record, module: Option<SecurityModule>) -> Parts {
+    let device = device_text(record);
+    let path = path_of(record);
+    let (who, fix) = match module {
+        Some(SecurityModule::SeLinux { context }) => (
+            format!(
+                "SELinux (enforcing{})",
+                context
+                    .map(|c| format!(", the process runs as {}", prose(&c)))
+                    .unwrap_or_default()
+            ),
+            vec![
+                "let containers use devices: `setsebool -P container_use_devices 1`".to_string(),
+                "see the denial: `ausearch -m avc -ts recent`".to_string(),
+            ],
+        ),
+        Some(SecurityModule::AppArmor { profile }) => {
+            let word = command_word(&profile, CONTAINER);
+            (
+                format!("AppArmor (the process runs under profile {}, enforce mode)", prose(&profile)),
+                vec![
+                    format!(
+                        "allow the node in profile {word}: `{} rw,`, then `apparmor_parser -r` its file",
+                        plain_or(&path, NODE_PATH)
+                    ),
+                    "or run the container with another profile (`--security-opt apparmor=...`; `unconfined` turns it off)".to_string(),
+                ],
+            )
+        }
+        None => (
+            "a security module (no SELinux in enforcing mode, and the process is gone or not confined by AppArmor now)".to_string(),
+            vec!["look for the refusal in the kernel log: `journalctl -k | grep -i -e apparmor -e avc`".to_string()],
+        ),
+    };
+    Parts {
+        cause: Cause::LsmDenied,
+        explanation: format!(
+            "the device policy allowed {device} for {}, but the open got EACCES after it: {who} refused it",
+            label(record)
+        ),
+        fix,
+    }
+}
+
 fn v1_devices_list(record: &Record) -> Parts {
     let a = &record.access;
     Parts {
@@ -1042,6 +1095,45 @@ mod tests {
         };
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert!(diag.hint.starts_with("check `ls -l"), "{}", diag.hint);
+    }
+
+    #[test]
+    fn eacces_after_the_device_check_names_the_security_module() {
+        let r = record(
+            "/system.slice/docker-ab.scope",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedAfterDeviceCheck,
+            -libc::EACCES,
+        );
+        let mut d = Diagnoser::default();
+        d.host.security_module = |_| {
+            Some(SecurityModule::AppArmor {
+                profile: "gpu-jobs".into(),
+            })
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::LsmDenied);
+        assert!(
+            diag.explanation.contains("profile gpu-jobs, enforce mode"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint
+                .starts_with("allow the node in profile gpu-jobs: `/dev/nvidia-uvm rw,`"),
+            "{}",
+            diag.hint
+        );
+        let mut d = Diagnoser::default();
+        d.host.security_module = |_| Some(SecurityModule::SeLinux { context: None });
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert!(
+            diag.hint.contains("setsebool -P container_use_devices 1"),
+            "{}",
+            diag.hint
+        );
     }
 
     #[test]

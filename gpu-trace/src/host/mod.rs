@@ -11,5 +11,6 @@ pub mod preflight;
 pub mod proc_devices;
 pub mod proc_pid;
 pub mod runtime_processes;
+pub mod security_modules;
 pub mod systemd_units;
 pub mod tracefs;

@@ -21,6 +21,9 @@ pub enum Verdict {
     /// An open of /dev/nvidia* failed before any device check: the node is
     /// missing (ENOENT) or its file mode refused the caller (EACCES).
     FailedBeforeDeviceCheck,
+    /// The device check allowed it, yet the open failed with EACCES: a
+    /// security module (SELinux, AppArmor) checks after it.
+    DeniedAfterDeviceCheck,
 }
 
 impl Verdict {
@@ -28,7 +31,10 @@ impl Verdict {
     pub fn is_denied(self) -> bool {
         matches!(
             self,
-            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::DeniedLayerUnknown
+            Verdict::DeniedByBpfPolicy
+                | Verdict::DeniedAfterBpf
+                | Verdict::DeniedLayerUnknown
+                | Verdict::DeniedAfterDeviceCheck
         )
     }
 
@@ -41,9 +47,10 @@ impl Verdict {
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Allowed => "allowed",
-            Verdict::DeniedByBpfPolicy | Verdict::DeniedAfterBpf | Verdict::DeniedLayerUnknown => {
-                "denied"
-            }
+            Verdict::DeniedByBpfPolicy
+            | Verdict::DeniedAfterBpf
+            | Verdict::DeniedLayerUnknown
+            | Verdict::DeniedAfterDeviceCheck => "denied",
             Verdict::FailedBeforeDeviceCheck => "failed",
         }
     }
@@ -56,6 +63,7 @@ impl Verdict {
             Verdict::DeniedAfterBpf => "not-bpf",
             Verdict::DeniedLayerUnknown => "unknown",
             Verdict::FailedBeforeDeviceCheck => "before-device-check",
+            Verdict::DeniedAfterDeviceCheck => "security-module",
         }
     }
 
@@ -66,6 +74,9 @@ impl Verdict {
             Verdict::DeniedAfterBpf => "not by BPF policy: cgroup v1 devices.list or other",
             Verdict::DeniedLayerUnknown => "by a device policy",
             Verdict::FailedBeforeDeviceCheck => "before any device check",
+            Verdict::DeniedAfterDeviceCheck => {
+                "after the device check: a security module (SELinux, AppArmor)"
+            }
         }
     }
 }
@@ -174,6 +185,7 @@ impl DeviceAccess {
         });
         let device_seen = raw.head.flags & FLAG_DEVICE_SEEN != 0;
         let eperm = open.as_ref().is_some_and(|o| o.ret == Some(-EPERM));
+        let eacces = open.as_ref().is_some_and(|o| o.ret == Some(-libc::EACCES));
         let by_bpf = verdict_from == VerdictSource::BpfRetval;
         let verdict = if !device_seen {
             Verdict::FailedBeforeDeviceCheck
@@ -183,6 +195,8 @@ impl DeviceAccess {
             Verdict::DeniedAfterBpf
         } else if raw.head.hook_verdict != 0 || eperm {
             Verdict::DeniedLayerUnknown
+        } else if eacces {
+            Verdict::DeniedAfterDeviceCheck
         } else {
             Verdict::Allowed
         };

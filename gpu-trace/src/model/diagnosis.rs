@@ -31,6 +31,8 @@ pub enum Cause {
     StackedPrograms,
     /// NVIDIA's runtime config says no-cgroups = true on a rootful runtime.
     NoCgroupsHook,
+    /// The device check allowed it; SELinux or AppArmor refused the open.
+    LsmDenied,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -48,6 +50,7 @@ impl Cause {
             Cause::AncestorPolicy => "ancestor-policy",
             Cause::StackedPrograms => "stacked-programs",
             Cause::NoCgroupsHook => "no-cgroups-hook",
+            Cause::LsmDenied => "lsm-denied",
             Cause::DeviceDenied => "device-denied",
         }
     }

@@ -853,3 +853,59 @@ fn a_runtime_config_with_no_cgroups_is_named() {
     assert!(status.success());
     let _ = fs::remove_file(config);
 }
+
+#[test]
+fn an_apparmor_profile_that_refuses_the_node_is_named() {
+    let Some(lab) = lab_test("an_apparmor_profile_that_refuses_the_node_is_named") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    // Everything a container needs, less the uvm node.
+    let profile = "gt-lab-no-uvm";
+    let file = Path::new("/etc/apparmor.d").join(profile);
+    fs::write(
+        &file,
+        format!(
+            "profile {profile} flags=(attach_disconnected,mediate_deleted) {{\n  file,\n  capability,\n  network,\n  mount,\n  umount,\n  pivot_root,\n  signal,\n  ptrace,\n  unix,\n  deny /dev/nvidia-uvm rw,\n}}\n"
+        ),
+    )
+    .expect("write the profile");
+    succeeded(
+        "apparmor_parser",
+        &["-r", "-W", file.to_str().expect("UTF-8")],
+    );
+
+    let watcher = Watcher::start(&["--format", "json"]);
+    let name = "gt-lab-apparmor";
+    let security = format!("apparmor={profile}");
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &["--device", "/dev/nvidia-uvm", "--security-opt", &security],
+    );
+    // The shell opens it and stays: the diagnosis reads its profile.
+    let out = container.exec(&["sh", "-c", "true </dev/nvidia-uvm; sleep 2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["errno"], "EACCES", "{event:#}");
+    assert_eq!(event["verdict"], "denied", "{event:#}");
+    assert_eq!(event["verdict_source"], "security-module", "{event:#}");
+    assert_eq!(event["cause"], "lsm-denied", "{event:#}");
+    let explanation = event["explanation"].as_str().expect("explanation");
+    assert!(
+        explanation.contains(&format!("profile {profile}, enforce mode")),
+        "{explanation}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    drop(container);
+    let _ = run("apparmor_parser", &["-R", file.to_str().expect("UTF-8")]);
+    let _ = fs::remove_file(&file);
+}

@@ -84,7 +84,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The line /init writes to the second serial port once every step has run.
 const MARKER: &str = "gpu-trace-vm-result";
 /// The only reason a kernel test may skip in the guest: it is pure cgroup2.
-const ACCEPTED_SKIP: &str = "no cgroup v1 devices controller";
+pub(crate) const ACCEPTED_SKIP: &str = "no cgroup v1 devices controller";
 
 /// PID 1 of the guest. @SKIPS@ becomes the `--skip` arguments of NOT_IN_GUEST.
 const INIT_TEMPLATE: &str = r#"#!/bin/sh

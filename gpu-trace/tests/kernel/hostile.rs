@@ -55,6 +55,21 @@ impl ChildCgroup {
     }
 }
 
+impl ChildCgroup {
+    /// The incident's deny rules at this cgroup itself, where LXC attaches
+    /// a container's program (one only at the parent would be an
+    /// ancestor's). Detached when the returned link closes.
+    fn own_policy(&self, major: u32) -> std::os::fd::OwnedFd {
+        let program = load_device_program(
+            "gt_scratch_dev",
+            &denylist_program(&[(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)]),
+        )
+        .expect("load the container's policy");
+        let dir = fs::File::open(&self.0).expect("open the child cgroup");
+        attach_device_program(&program, &dir).expect("attach the container's policy")
+    }
+}
+
 impl Drop for ChildCgroup {
     fn drop(&mut self) {
         // Children the tenant made first, deepest first.
@@ -111,8 +126,10 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
     let json = Watcher::start(&["--format", "json", "--major", &major]);
     let mut pids = Vec::new();
     let mut cgroups = Vec::new();
+    let mut policies = Vec::new();
     for name in &names {
         let cgroup = ChildCgroup::create(&incident.cgroup, &format!("lxc.payload.{name}"));
+        policies.push(cgroup.own_policy(incident.uvm_major));
         let child = probe(
             &cgroup.0,
             &[

@@ -121,7 +121,7 @@ fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() 
         uvm["decided_by"]
             .as_str()
             .expect("decided_by")
-            .ends_with(&format!("at {at}")),
+            .ends_with(&format!("at {at}, written by lxc")),
         "{uvm:#}"
     );
     assert_eq!(uvm["access"], "---");

@@ -39,6 +39,11 @@ pub fn gpu_trace() -> &'static str {
 /// Generous: these machines are noisy. Only bounds a wait, never asserted as speed.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// Shell words that give a private mount namespace cgroup2 at
+/// /sys/fs/cgroup, as LXC and runc must see it to write cgroup2 device
+/// programs: mounted on a hybrid host, already there on a pure one.
+pub const PURE_CGROUP2: &str = "{ [ \"$(stat -f -c %T /sys/fs/cgroup)\" = cgroup2fs ] || mount -t cgroup2 cgroup2 /sys/fs/cgroup; }";
+
 /// The host, or None (with the reason printed) when this test cannot run.
 pub fn kernel_test(name: &str) -> Option<Host> {
     match check_host() {

@@ -722,7 +722,8 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
     };
     let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
-    let slice = "gt-lab-gpu.slice";
+    // No dash: systemd nests "a-b.slice" under "a.slice".
+    let slice = "gtlabgpu.slice";
     let unit_file = Path::new("/run/systemd/system").join(slice);
     fs::create_dir_all(unit_file.parent().expect("a folder")).expect("unit folder");
     fs::write(

@@ -78,7 +78,7 @@ impl LxcContainer {
         let config_path = dir.path().join("config");
         fs::write(&config_path, config).expect("write config");
         let script = format!(
-            "mount --make-rprivate / && mount -t cgroup2 cgroup2 /sys/fs/cgroup && \
+            "mount --make-rprivate / && {PURE_CGROUP2} && \
              exec lxc-execute -n {name} -P {lxcpath} -f {config} -- /bin/sh -c '{command}'",
             lxcpath = dir.path().display(),
             config = config_path.display(),

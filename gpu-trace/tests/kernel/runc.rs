@@ -84,9 +84,7 @@ impl RuncContainer {
     /// Runs `script` as runc must see the cgroup layout.
     fn shell(&self, script: &str) -> bool {
         let script = if self.pure_v2 {
-            format!(
-                "mount --make-rprivate / && mount -t cgroup2 cgroup2 /sys/fs/cgroup && {script}"
-            )
+            format!("mount --make-rprivate / && {PURE_CGROUP2} && {script}")
         } else {
             script.to_string()
         };

@@ -179,6 +179,7 @@ step runtimes runtimes
 step selftest gpu-trace selftest
 export GPU_TRACE_BIN=/lab/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
 export GPU_TRACE_LAB_DRIVER=/lab/drivers/$(uname -r)/gpu_standin.ko GPU_TRACE_LAB_IMAGE=lab-busybox:latest
+export GPU_TRACE_LAB_UNIT=/lab/gpu-trace.service
 # The LXC and runc kernel tests too: here their policies meet systemd's.
 step lab-tests kernel-tests --test-threads=1 --nocapture lab:: lxc:: runc::
 
@@ -631,6 +632,11 @@ fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Resu
     fs::copy(&binaries.kernel_tests, dir.join("kernel-tests"))?;
     let script = dir.join("run");
     fs::write(&script, GUEST_SCRIPT)?;
+    // The packaged unit, to start under the guest's systemd.
+    fs::copy(
+        workspace().join("contrib/gpu-trace.service"),
+        dir.join("gpu-trace.service"),
+    )?;
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755))?;
     for kernel in kernels {
         let drivers = dir.join("drivers").join(&kernel.release);

@@ -910,3 +910,86 @@ fn an_apparmor_profile_that_refuses_the_node_is_named() {
     let _ = run("apparmor_parser", &["-R", file.to_str().expect("UTF-8")]);
     let _ = fs::remove_file(&file);
 }
+
+#[test]
+fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
+    let Some(lab) = lab_test("the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean")
+    else {
+        return;
+    };
+    let unit_source = std::env::var("GPU_TRACE_LAB_UNIT").expect("GPU_TRACE_LAB_UNIT");
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    // Installed as the packages install it.
+    fs::copy(crate::common::gpu_trace(), "/usr/bin/gpu-trace").expect("install the binary");
+    fs::copy(&unit_source, "/etc/systemd/system/gpu-trace.service").expect("install the unit");
+    succeeded("systemctl", &["daemon-reload"]);
+    let log = Path::new("/var/log/gpu-trace/denied.jsonl");
+    let _ = fs::remove_file(log);
+    succeeded("systemctl", &["start", "gpu-trace.service"]);
+    let deadline = Instant::now() + WAIT;
+    let ready = || {
+        stdout_of(&run(
+            "journalctl",
+            &["-u", "gpu-trace.service", "-o", "cat", "--no-pager"],
+        ))
+        .contains("gpu-trace: ready")
+    };
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "the unit never got ready: {}",
+            stdout_of(&run(
+                "journalctl",
+                &["-u", "gpu-trace.service", "--no-pager"]
+            ))
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+
+    let name = "gt-lab-unit";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
+    );
+    assert_denied(container.open("/dev/nvidia-uvm"));
+    let deadline = Instant::now() + WAIT;
+    let event = loop {
+        let found = fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["container"]["name"] == name);
+        match found {
+            Some(event) => break event,
+            None if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+            None => panic!("no line for {name} in {}", log.display()),
+        }
+    };
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    let metrics = crate::common::scrape("127.0.0.1:9745");
+    assert!(
+        metrics.contains("gpu_trace_problems_total{cause=\"dynamic-major-not-allowed\"} 1"),
+        "{metrics}"
+    );
+
+    succeeded("systemctl", &["stop", "gpu-trace.service"]);
+    let show = stdout_of(&succeeded(
+        "systemctl",
+        &[
+            "show",
+            "gpu-trace.service",
+            "-p",
+            "ActiveState",
+            "-p",
+            "ExecMainStatus",
+        ],
+    ));
+    assert!(show.contains("ActiveState=inactive"), "{show}");
+    assert!(show.contains("ExecMainStatus=0"), "{show}");
+    let _ = fs::remove_file("/etc/systemd/system/gpu-trace.service");
+    let _ = run("systemctl", &["daemon-reload"]);
+}

@@ -25,8 +25,8 @@ use crate::{
     apt_install, require_root, run_checked,
     vm_test::{
         bash, build_guest_binaries, busybox_applets, kernel_package, kvm_usable,
-        print_console_tail, skip_notice, stream_console, wait_or_kill, write_if_changed,
-        GuestBinaries, Series, ACCEPTED_SKIP, BUSYBOX,
+        print_console_tail, skip_notice, step_problems, stream_console, wait_or_kill,
+        write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP, BUSYBOX,
     },
     workspace,
 };
@@ -783,22 +783,7 @@ fn boot(
 /// tests ran (not passed by matching none), and none skipped but for the
 /// missing cgroup v1 controller (the guest is pure cgroup2).
 fn judge(kernel: &LabKernel, console: &str, marker: &str, seconds: f64) -> Outcome {
-    let mut problems = Vec::new();
-    match marker.lines().find_map(|l| l.trim().strip_prefix(MARKER)) {
-        None => problems.push("the guest reported no result (boot failure, panic or hang)".into()),
-        Some(statuses) => {
-            for step in STEPS {
-                let status = statuses
-                    .split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(step)?.strip_prefix('='));
-                match status {
-                    Some("0") => {}
-                    Some(code) => problems.push(format!("{step} exited {code}")),
-                    None => problems.push(format!("{step} did not report")),
-                }
-            }
-        }
-    }
+    let mut problems = step_problems(marker, MARKER, &STEPS);
     let test_result = console
         .lines()
         .find_map(|l| l.strip_prefix("test result: "))

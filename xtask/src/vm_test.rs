@@ -692,22 +692,7 @@ pub(crate) fn wait_or_kill(qemu: &mut Child, timeout: Duration) -> anyhow::Resul
 /// A kernel passes when /init reported, every step exited 0, and nothing
 /// skipped for a reason other than the missing cgroup v1 controller.
 fn judge(series: Series, console: &str, marker: &str, seconds: f64) -> Outcome {
-    let mut problems = Vec::new();
-    match marker.lines().find_map(|l| l.trim().strip_prefix(MARKER)) {
-        None => problems.push("the guest reported no result (boot failure, panic or hang)".into()),
-        Some(statuses) => {
-            for step in STEPS {
-                let status = statuses
-                    .split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(step)?.strip_prefix('='));
-                match status {
-                    Some("0") => {}
-                    Some(code) => problems.push(format!("{step} exited {code}")),
-                    None => problems.push(format!("{step} did not report")),
-                }
-            }
-        }
-    }
+    let mut problems = step_problems(marker, MARKER, &STEPS);
     let lines: Vec<&str> = console.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if let Some(skip) = skip_notice(line).filter(|s| !s.contains(ACCEPTED_SKIP)) {
@@ -733,6 +718,28 @@ fn judge(series: Series, console: &str, marker: &str, seconds: f64) -> Outcome {
         hook_lines: selftest_hook_lines(&lines),
         problems,
     }
+}
+
+/// What the guest's result line (`PREFIX step=status ...`, from its second
+/// serial port) says went wrong: no line at all, or a step that failed or
+/// never reported.
+pub(crate) fn step_problems(marker: &str, prefix: &str, steps: &[&str]) -> Vec<String> {
+    let Some(statuses) = marker.lines().find_map(|l| l.trim().strip_prefix(prefix)) else {
+        return vec!["the guest reported no result (boot failure, panic or hang)".into()];
+    };
+    steps
+        .iter()
+        .filter_map(|step| {
+            let status = statuses
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(step)?.strip_prefix('='));
+            match status {
+                Some("0") => None,
+                Some(code) => Some(format!("{step} exited {code}")),
+                None => Some(format!("{step} did not report")),
+            }
+        })
+        .collect()
 }
 
 /// "skipping <test>: <reason>" as a kernel test prints it; with --nocapture it

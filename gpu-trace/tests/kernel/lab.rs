@@ -608,38 +608,12 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
 
     // A systemd service with a device allow list of its own.
     let unit = "gt-lab-service";
-    let _ = run("systemctl", &["reset-failed", &format!("{unit}.service")]);
-    let out = run(
-        "systemd-run",
-        &[
-            "--unit",
-            unit,
-            "--wait",
-            "--collect",
-            "-p",
-            "DevicePolicy=closed",
-            "-p",
-            "DeviceAllow=/dev/nvidiactl rw",
-            "sh",
-            "-c",
-            // Alive a while: watch reads the unit's policy after the denial.
-            "cat /dev/nvidia-uvm; status=$?; sleep 3; exit $status",
-        ],
+    service_denied(
+        unit,
+        &["DevicePolicy=closed", "DeviceAllow=/dev/nvidiactl rw"],
+        "/dev/nvidia-uvm",
     );
-    assert!(!out.status.success(), "the service's open was allowed");
-    let deadline = Instant::now() + WAIT;
-    let service = loop {
-        let found = watcher
-            .lines()
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| e["container"]["runtime"] == "systemd" && e["major"] == uvm);
-        match found {
-            Some(event) => break event,
-            None if Instant::now() < deadline => thread::sleep(Duration::from_millis(100)),
-            None => panic!("no event of {unit}: {:#?}", watcher.lines()),
-        }
-    };
+    let service = event_of_unit(&watcher, &format!("{unit}.service"), uvm);
     assert_eq!(
         service["container"]["id"],
         format!("{unit}.service"),

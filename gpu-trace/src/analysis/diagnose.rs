@@ -347,7 +347,7 @@ fn dynamic_major_not_allowed(
             device_text(record),
             node.driver(),
         ),
-        fix: allow_device(&record.container, &node.dev_path(), major, node),
+        fix: allow_device(&record.container, &node.dev_path(), major, node.driver()),
     }
 }
 
@@ -370,7 +370,7 @@ fn stale_major(record: &Record, majors: &CharMajors) -> Option<Parts> {
         &record.container,
         &node.dev_path(),
         today,
-        node,
+        node.driver(),
     ));
     Some(Parts {
         cause: Cause::StaleMajor,
@@ -407,7 +407,7 @@ fn written_after_start(record: &Record, started: Option<FirstProcess>) -> Option
 /// 3 min after ..."); the rest is the same for either.
 fn rules_rewritten(record: &Record, what: String) -> Parts {
     let node = record.node;
-    let driver = node.map_or("nvidia-uvm", NvidiaNode::driver);
+    let driver = driver_name(record);
     let fix = match record.container.runtime {
         Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio => vec![
             "give the container its GPUs as devices (`--gpus all` / `--device`, or CDI specs) so reloads keep them".to_string(),
@@ -416,15 +416,11 @@ fn rules_rewritten(record: &Record, what: String) -> Parts {
             "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),
         ],
         Runtime::Systemd => vec![format!(
-            "in {}: DeviceAllow=char-{driver} rw (a rule by driver name survives reloads and new majors)",
-            prose(&record.container.id)
+            "in {}: DeviceAllow=char-{} rw (a rule by driver name survives reloads and new majors)",
+            prose(&record.container.id),
+            plain_or(driver, "DRIVER")
         )],
-        _ => allow_device(
-            &record.container,
-            &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
-            record.access.major,
-            node.unwrap_or(NvidiaNode::Uvm),
-        ),
+        _ => allow_device(&record.container, &node.map_or_else(|| path_of(record), NvidiaNode::dev_path), record.access.major, driver),
     };
     Parts {
         cause: Cause::RulesRewritten,
@@ -529,7 +525,7 @@ fn no_cgroups_hook(record: &Record, config: fn() -> Option<PathBuf>) -> Option<P
         &record.container,
         &node.dev_path(),
         record.access.major,
-        node,
+        driver_name(record),
     ));
     Some(Parts {
         cause: Cause::NoCgroupsHook,
@@ -572,7 +568,7 @@ fn stacked_programs(record: &Record) -> Option<Parts> {
         &record.container,
         &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
         record.access.major,
-        node.unwrap_or(NvidiaNode::Gpu(0)),
+        driver_name(record),
     ));
     Some(Parts {
         cause: Cause::StackedPrograms,
@@ -796,17 +792,19 @@ fn device_denied(record: &Record) -> Parts {
             &record.container,
             &node.map_or_else(|| path_of(record), NvidiaNode::dev_path),
             record.access.major,
-            node.unwrap_or(NvidiaNode::Gpu(0)),
+            driver_name(record),
         ),
     }
 }
 
 /// How to allow char major `major` (and see `node_path`) in this runtime.
+/// `driver`: the driver's name in /proc/devices today, for rules by name
+/// (NVIDIA's frontend is "nvidia" since driver 550, "nvidia-frontend" before).
 pub fn allow_device(
     container: &Container,
     node_path: &str,
     major: u32,
-    node: NvidiaNode,
+    driver: &str,
 ) -> Vec<String> {
     // Config files take no shell quoting: a path outside the safe set
     // becomes a placeholder there (and the fix says so).
@@ -848,7 +846,7 @@ pub fn allow_device(
         Runtime::Systemd => vec![format!(
             "in {}: `DeviceAllow=char-{} rw` (follows the driver's major; `systemctl edit {}`)",
             prose(&container.id),
-            node.driver(),
+            plain_or(driver, "DRIVER"),
             command_word(&container.id, CONTAINER)
         )],
         Runtime::Cgroup => vec![format!(
@@ -1137,6 +1135,33 @@ mod tests {
     }
 
     #[test]
+    fn rules_by_name_use_the_name_proc_devices_gives_today() {
+        // Driver 550 and later register major 195 as "nvidia".
+        let mut r = record(
+            "/system.slice/cuda-job.service",
+            "/dev/nvidiactl",
+            195,
+            255,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.driver = Some("nvidia".into());
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert!(
+            diag.hint.contains("`DeviceAllow=char-nvidia rw`"),
+            "{}",
+            diag.hint
+        );
+        r.driver = Some("nvidia-frontend".into());
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert!(
+            diag.hint.contains("`DeviceAllow=char-nvidia-frontend rw`"),
+            "{}",
+            diag.hint
+        );
+    }
+
+    #[test]
     fn a_slices_program_is_an_ancestor_policy() {
         let mut r = record(
             "/gpu.slice/job.scope",
@@ -1354,7 +1379,7 @@ mod tests {
                 ),
                 "/dev/nvidia-uvm",
                 509,
-                NvidiaNode::Uvm,
+                "nvidia-uvm",
             );
             assert_paste_safe(&unit.join("; "), name);
         }
@@ -1411,7 +1436,7 @@ mod tests {
                 &identify(cgroup, &NameSources::default()),
                 "/dev/nvidia-uvm",
                 509,
-                NvidiaNode::Uvm,
+                "nvidia-uvm",
             )
             .join(" ")
         };

@@ -967,3 +967,55 @@ fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
     let _ = fs::remove_file("/etc/systemd/system/gpu-trace.service");
     let _ = run("systemctl", &["daemon-reload"]);
 }
+
+#[test]
+fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
+    let Some(lab) =
+        lab_test("an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major")
+    else {
+        return;
+    };
+    // The rules as a Proxmox or LXC config hard-codes them: 195 and the
+    // uvm major of the day they were written.
+    let driver = Driver::load(&lab, &[]);
+    let old = major_of("nvidia-uvm").expect("nvidia-uvm");
+    let old_rule = format!("c {old}:* rwm");
+    let rules = crate::lxc::allowlist_rules(&["c 1:3 rwm", "c 195:* rwm", &old_rule]);
+    drop(driver);
+    let _driver = Driver::load(&lab, &["shift=1"]);
+    let new = major_of("nvidia-uvm").expect("nvidia-uvm");
+    assert_ne!(new, old, "the reload moved the uvm major");
+    let nodes = gpu_trace::scenario::DeviceNodes::create(&[
+        ("nvidia-uvm", new, 0),
+        ("nvidiactl", FRONTEND, 255),
+    ])
+    .expect("mknod");
+
+    let watcher = Watcher::start(&["--format", "json"]);
+    let mut container = crate::lxc::LxcContainer::new(
+        "lab-reload",
+        &nodes,
+        &["nvidia-uvm", "nvidiactl"],
+        &rules,
+        "cat /dev/nvidiactl; cat /dev/nvidia-uvm; sleep 3",
+    );
+    container.start();
+    let events = events_of_container(&watcher, &container.name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["container"]["runtime"], "lxc", "{event:#}");
+    assert_eq!(event["major"], new, "{event:#}");
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        format!("/lxc.payload.{}", container.name),
+        "{event:#}"
+    );
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    let fix = fix_text(event);
+    assert!(
+        fix.contains(&format!("lxc.cgroup2.devices.allow: c {new}:* rwm")),
+        "{fix}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}

@@ -3,18 +3,24 @@
 //! command lines name the OCI runtime (runc, crun) that wrote the
 //! container's device policy and then exited.
 
-use std::fs;
+use std::{fs, os::unix::fs::MetadataExt, path::Path};
 
 use crate::model::policy_writer::{Manager, ProcessRef};
 
 /// The OCI runtime running container `id`, and the process whose command
-/// line says so.
+/// line says so. Only processes with the host's root count: anyone can
+/// write any command line, but a tenant's processes live in its
+/// container's root.
 pub fn oci_runtime_of(id: &str) -> Option<(Manager, ProcessRef)> {
+    let host_root = identity(Path::new("/"))?;
     fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
         let pid: u32 = p.file_name().to_str()?.parse().ok()?;
         let cmdline = fs::read(p.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
         let runtime = runtime_in(&args, id.as_bytes())?;
+        if identity(&p.path().join("root")) != Some(host_root) {
+            return None;
+        }
         Some((
             runtime,
             ProcessRef {
@@ -23,6 +29,11 @@ pub fn oci_runtime_of(id: &str) -> Option<(Manager, ProcessRef)> {
             },
         ))
     })
+}
+
+/// Device and inode of a directory: what "the same root" means.
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// `containerd-shim-runc-v2 -namespace moby -id ID ...` is runc's;

@@ -8,11 +8,11 @@ use std::{fs, os::unix::fs::MetadataExt, path::Path};
 use crate::model::policy_writer::{Manager, ProcessRef};
 
 /// The OCI runtime running container `id`, and the process whose command
-/// line says so. Only processes with the host's root count: anyone can
-/// write any command line, but a tenant's processes live in its
-/// container's root.
+/// line says so. Only processes with the host's root (PID 1's: gpu-trace
+/// itself may run in an image) count: anyone can write any command line,
+/// but a tenant's processes live in its container's root.
 pub fn oci_runtime_of(id: &str) -> Option<(Manager, ProcessRef)> {
-    let host_root = identity(Path::new("/"))?;
+    let host_root = identity(Path::new("/proc/1/root"))?;
     fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
         let pid: u32 = p.file_name().to_str()?.parse().ok()?;
         let cmdline = fs::read(p.path().join("cmdline")).ok()?;

@@ -32,7 +32,10 @@ use crate::{
         preflight::{check_tracing_host, Host},
         proc_devices::CharMajors,
     },
-    kernel::tracer::{Tracer, DRAIN_BATCH},
+    kernel::{
+        detach_after_exit::detach_after_exit,
+        tracer::{Tracer, DRAIN_BATCH},
+    },
     model::exit_status,
     render::{
         announce::{hook_lines, Hooks},
@@ -97,8 +100,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
             writeln!(err, "{}", json::to_string(&summary))?;
         }
     }
-    // The report is out; detaching takes a while (see Tracer's Drop).
-    drop(tracer);
+    // The report is out. Detaching waits on the kernel for a while: a
+    // child does it once we have exited, so CMD's status reaches the
+    // caller now (kernel/detach_after_exit.rs).
+    err.flush()?;
+    drop(err);
+    detach_after_exit(tracer);
     Ok(exit_code)
 }
 

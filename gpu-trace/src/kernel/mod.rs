@@ -4,6 +4,7 @@
 
 pub mod bpf_sys;
 pub mod cgroups_made;
+pub mod detach_after_exit;
 pub mod device_hook;
 pub mod own_programs;
 pub mod program_holders;

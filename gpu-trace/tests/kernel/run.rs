@@ -548,3 +548,49 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
+    let Some(_host) = kernel_test("run_hands_back_the_status_and_its_programs_go_after_it_exits")
+    else {
+        return;
+    };
+    let before = crate::watch::gpu_trace_program_ids();
+    let run = Command::new(gpu_trace())
+        .args(["run", "--", "sh", "-c", "sleep 1; exit 7"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpu-trace run");
+    let deadline = Instant::now() + WAIT;
+    let ours = loop {
+        let ours: std::collections::HashSet<u32> = crate::watch::gpu_trace_program_ids()
+            .difference(&before)
+            .copied()
+            .collect();
+        if ours.len() >= 7 || Instant::now() > deadline {
+            break ours;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(ours.len() >= 7, "run's programs are loaded: {ours:?}");
+    // The pipes reach EOF with run itself: the process that detaches
+    // afterwards holds neither.
+    let output = run.wait_with_output().expect("wait for run");
+    assert_eq!(output.status.code(), Some(7), "CMD's status");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("exited with status 7"), "{stderr}");
+
+    // And then every program goes: the kernel frees them once detached.
+    let deadline = Instant::now() + WAIT;
+    let mut left = ours.clone();
+    while !left.is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+        left = crate::watch::gpu_trace_program_ids()
+            .intersection(&ours)
+            .copied()
+            .collect();
+    }
+    assert!(left.is_empty(), "programs still loaded after run: {left:?}");
+}

@@ -291,7 +291,7 @@ fn observer_never_changes_a_verdict() {
 }
 
 /// Ids of loaded programs that carry gpu-trace's program names.
-fn gpu_trace_program_ids() -> HashSet<u32> {
+pub fn gpu_trace_program_ids() -> HashSet<u32> {
     let names: Vec<&str> = [
         &program::DEVICE_HOOKS[..],
         &program::OPEN_CALLS,

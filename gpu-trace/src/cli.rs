@@ -271,14 +271,14 @@ pub struct TracerArgs {
     pub device_hook_only: bool,
 }
 
-/// The kernel-side filter: NVIDIA's majors known now plus the user's.
+/// The kernel-side filter: the accelerators' majors known now plus the user's.
 pub fn tracer_config(
     devices: &DeviceSelection,
     majors: &CharMajors,
     report_allowed: bool,
     tracer: TracerArgs,
 ) -> TracerConfig {
-    let mut watched = majors.nvidia_majors();
+    let mut watched = majors.accelerator_majors();
     watched.extend(&devices.majors);
     watched.sort_unstable();
     watched.dedup();

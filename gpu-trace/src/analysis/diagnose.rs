@@ -274,6 +274,8 @@ impl Diagnoser {
                         majors,
                         self.frontend_allowed.contains(&a.cgroup_id),
                     )
+                } else if record.driver.as_deref() == Some(KFD_DRIVER) {
+                    kfd_major_not_allowed(record)
                 } else {
                     device_denied(record)
                 }
@@ -348,6 +350,46 @@ fn dynamic_major_not_allowed(
             node.driver(),
         ),
         fix: allow_device(&record.container, &node.dev_path(), major, node.driver()),
+    }
+}
+
+/// AMD's compute node: its driver's name in /proc/devices, and its path.
+const KFD_DRIVER: &str = "kfd";
+const KFD_PATH: &str = "/dev/kfd";
+
+/// ROCm's /dev/kfd denied: like nvidia-uvm, its major is handed out when
+/// amdgpu loads. ROCm needs the render nodes (/dev/dri) as well.
+fn kfd_major_not_allowed(record: &Record) -> Parts {
+    let major = record.access.major;
+    let container = &record.container;
+    let fix = match container.runtime {
+        Runtime::Lxc => {
+            let mut fix = allow_device(container, KFD_PATH, major, KFD_DRIVER);
+            fix.insert(
+                fix.len().saturating_sub(1),
+                format!(
+                    "and for the render nodes: `lxc.cgroup2.devices.allow: c {}:* rwm` with `lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir`",
+                    crate::model::vendor::DRM_MAJOR
+                ),
+            );
+            fix
+        }
+        Runtime::Docker | Runtime::Podman => vec![
+            "recreate the container with `--device /dev/kfd --device /dev/dri` (ROCm opens both), and `--group-add video --group-add render` where the nodes are not world-accessible".to_string(),
+        ],
+        Runtime::Containerd | Runtime::Crio => vec![
+            "request GPUs through AMD's ROCm device plugin (resources: amd.com/gpu), which passes /dev/kfd and the render nodes".to_string(),
+        ],
+        _ => allow_device(container, KFD_PATH, major, KFD_DRIVER),
+    };
+    Parts {
+        cause: Cause::DynamicMajorNotAllowed,
+        explanation: format!(
+            "{} denies {}: it does not allow kfd's major {major} (AMD's ROCm compute node), which the kernel assigns when amdgpu loads and which can change after a reboot or driver update",
+            policy_text(record),
+            device_text(record),
+        ),
+        fix,
     }
 }
 
@@ -1156,6 +1198,52 @@ mod tests {
         let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
         assert!(
             diag.hint.contains("`DeviceAllow=char-nvidia-frontend rw`"),
+            "{}",
+            diag.hint
+        );
+    }
+
+    #[test]
+    fn kfd_denied_names_its_dynamic_major_and_rocms_fixes() {
+        let mut r = record(
+            "/lxc/300",
+            "/dev/kfd",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.node = None;
+        r.driver = Some("kfd".into());
+        r.device = Some("kfd".into());
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        assert!(
+            diag.explanation
+                .contains("kfd's major 511 (AMD's ROCm compute node)"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint.contains("lxc.cgroup2.devices.allow: c 511:* rwm"),
+            "{}",
+            diag.hint
+        );
+        assert!(diag.hint.contains("c 226:* rwm"), "{}", diag.hint);
+        let docker = "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
+        let mut r = record(
+            docker,
+            "/dev/kfd",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.node = None;
+        r.driver = Some("kfd".into());
+        let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
+        assert!(
+            diag.hint.contains("`--device /dev/kfd --device /dev/dri`"),
             "{}",
             diag.hint
         );

@@ -15,13 +15,14 @@ use crate::{
         identity::{identify, NameSources},
         resolver::CgroupResolver,
     },
-    host::{clock::BootClock, proc_devices::CharMajors},
+    host::{clock::BootClock, proc_devices::CharMajors, sysfs_devices::device_facts},
     model::{
         access::DeviceAccess,
         container::Container,
         node::{major_owner, node_name, NvidiaNode},
         record::{Record, RecordKind},
         rendered::Rendered,
+        vendor::{vendor_and_role, DeviceFacts},
     },
 };
 
@@ -37,7 +38,12 @@ pub struct Enricher {
     /// The first process of each cgroup a program denied something in,
     /// asked for on such denials only (it reads every process's start).
     started: FxHashMap<u64, Option<FirstProcess>>,
+    /// sysfs facts of DRM and accel nodes, by device number.
+    device_facts: FxHashMap<(u32, u32), DeviceFacts>,
 }
+
+/// Device numbers whose sysfs facts are kept; a tenant can open many minors.
+const DEVICE_FACTS_LIMIT: usize = 4096;
 
 /// Identities kept; past it the table starts afresh (cgroups come and go,
 /// and a tenant can make as many as it likes).
@@ -57,6 +63,7 @@ impl Enricher {
             majors_generation: 0,
             clock: BootClock::now(),
             started: FxHashMap::default(),
+            device_facts: FxHashMap::default(),
         }
     }
 
@@ -150,10 +157,27 @@ impl Enricher {
             None if char_device => node_name(driver.as_deref(), access.major, access.minor),
             None => None,
         };
+        let (vendor, role) = if char_device {
+            let facts = &mut self.device_facts;
+            let (major, minor) = (access.major, access.minor);
+            vendor_and_role(driver.as_deref(), major, minor, node, || {
+                if facts.len() >= DEVICE_FACTS_LIMIT {
+                    facts.clear();
+                }
+                facts
+                    .entry((major, minor))
+                    .or_insert_with(|| device_facts(major, minor))
+                    .clone()
+            })
+        } else {
+            (None, None)
+        };
         let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
         let container = self.container(access.cgroup_id, cgroup.as_ref());
         let time = self.clock.wall_time(access.boot_ns);
         Record {
+            vendor,
+            role,
             time,
             count: 1,
             first_seen: time,

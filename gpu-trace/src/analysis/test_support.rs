@@ -72,6 +72,8 @@ pub fn record(
         driver,
         device: node.map(NvidiaNode::name),
         node,
+        vendor: None,
+        role: None,
         denied_by: None,
         diagnosis: None,
         kind: RecordKind::Event,

@@ -196,7 +196,7 @@ async fn stream(
     flow.write_folded(true)
 }
 
-/// Drivers loaded after start (nvidia-uvm registers its major at load time)
+/// Drivers loaded after start (nvidia-uvm and kfd register their majors at load time)
 /// are watched without a restart.
 fn watch_new_majors(tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Result<()> {
     // The enricher may have refreshed already (on an unknown major): compare
@@ -205,7 +205,7 @@ fn watch_new_majors(tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Res
     let watched = tracer.watched_majors();
     let new: Vec<u32> = enricher
         .majors()
-        .nvidia_majors()
+        .accelerator_majors()
         .into_iter()
         .filter(|m| !watched.contains(m))
         .collect();

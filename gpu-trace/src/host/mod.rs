@@ -12,5 +12,6 @@ pub mod proc_devices;
 pub mod proc_pid;
 pub mod runtime_processes;
 pub mod security_modules;
+pub mod sysfs_devices;
 pub mod systemd_units;
 pub mod tracefs;

@@ -2,7 +2,10 @@
 
 use std::{collections::BTreeMap, fs, io};
 
-use crate::model::node::{NVIDIA_DYNAMIC_DRIVERS, NVIDIA_FRONTEND_MAJOR};
+use crate::model::{
+    node::{NVIDIA_DYNAMIC_DRIVERS, NVIDIA_FRONTEND_MAJOR},
+    vendor::{ACCEL_MAJOR, DRM_MAJOR, DYNAMIC_ACCELERATOR_DRIVERS},
+};
 
 /// The char-device section of /proc/devices: major -> driver name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -68,6 +71,23 @@ impl CharMajors {
             .collect()
     }
 
+    /// Majors watched by default: NVIDIA's, the other accelerators' dynamic
+    /// ones (AMD's kfd, Habana's legacy driver) when registered, and the
+    /// fixed DRM (226) and accel (261) majors every vendor shares.
+    pub fn accelerator_majors(&self) -> Vec<u32> {
+        let mut majors = self.nvidia_majors();
+        majors.extend(
+            self.0
+                .iter()
+                .filter(|(_, name)| DYNAMIC_ACCELERATOR_DRIVERS.contains(&name.as_str()))
+                .map(|(&major, _)| major),
+        );
+        majors.extend([DRM_MAJOR, ACCEL_MAJOR]);
+        majors.sort_unstable();
+        majors.dedup();
+        majors
+    }
+
     /// A char major no driver uses, from the top of the dynamic range
     /// (511 first, as nvidia-uvm often gets), for stand-in devices.
     pub fn unused_dynamic_major(&self) -> Option<u32> {
@@ -108,6 +128,14 @@ Block devices:
         assert_eq!(majors.driver(4), Some("/dev/vc/0"));
         assert_eq!(majors.driver(7), None, "block majors are not char majors");
         assert_eq!(majors.driver(195), Some("nvidia-frontend"));
+    }
+
+    #[test]
+    fn accelerators_add_kfd_drm_and_accel() {
+        let majors = CharMajors::parse(
+            "Character devices:\n  1 mem\n195 nvidia\n226 drm\n261 accel\n509 nvidia-uvm\n511 kfd\n",
+        );
+        assert_eq!(majors.accelerator_majors(), vec![195, 226, 261, 509, 511]);
     }
 
     #[test]

@@ -10,3 +10,4 @@ pub mod node;
 pub mod policy_writer;
 pub mod record;
 pub mod rendered;
+pub mod vendor;

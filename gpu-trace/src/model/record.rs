@@ -4,8 +4,13 @@
 use std::{path::PathBuf, rc::Rc, time::SystemTime};
 
 use crate::model::{
-    access::DeviceAccess, container::Container, denied_by::DeniedBy, diagnosis::Diagnosis,
-    node::NvidiaNode, rendered::Rendered,
+    access::DeviceAccess,
+    container::Container,
+    denied_by::DeniedBy,
+    diagnosis::Diagnosis,
+    node::NvidiaNode,
+    rendered::Rendered,
+    vendor::{Role, Vendor},
 };
 
 #[derive(Debug, Clone)]
@@ -26,6 +31,9 @@ pub struct Record {
     pub device: Option<String>,
     /// Which NVIDIA node this is, from its driver or, failing that, its path.
     pub node: Option<NvidiaNode>,
+    /// Whose accelerator and what the node is for, when known.
+    pub vendor: Option<Vendor>,
+    pub role: Option<Role>,
     /// Filled in by the attribution stage for denials: the policy that refused it.
     pub denied_by: Option<Rc<Rendered<DeniedBy>>>,
     /// Filled in by the diagnosis stage for problems.

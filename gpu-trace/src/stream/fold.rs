@@ -294,6 +294,8 @@ mod tests {
             driver: None,
             device: None,
             node: None,
+            vendor: None,
+            role: None,
             denied_by: None,
             diagnosis: None,
             kind: RecordKind::Event,

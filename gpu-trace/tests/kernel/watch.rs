@@ -422,3 +422,54 @@ fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
         events[0]
     );
 }
+
+#[test]
+fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
+    let Some(host) = kernel_test("a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix") else {
+        return;
+    };
+    // /proc/devices as on a ROCm host: kfd on a dynamic major. Watched by
+    // default, with no --major.
+    let kfd = uvm_standin();
+    let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        proc_devices.path(),
+        format!("Character devices:\n  1 mem\n195 nvidia\n226 drm\n{kfd} kfd\n\nBlock devices:\n  8 sd\n"),
+    )
+    .expect("write /proc/devices copy");
+    let nodes = DeviceNodes::create(&[("kfd", kfd, 0)]).expect("mknod");
+    let cgroup = scratch_cgroup(&host, "kfd");
+    let _policy =
+        ScratchPolicy::attach(&cgroup, &[(kfd, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)])
+            .expect("attach");
+    let mut command = Command::new(gpu_trace());
+    command
+        .args(["watch", "--format", "json"])
+        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
+    let watcher = Watcher::spawn(command);
+    let probe = run_probe(
+        Path::new(gpu_trace()),
+        &[&cgroup],
+        &[ProbeOp::Open {
+            path: nodes.path("kfd"),
+            mode: OpenMode::ReadWrite,
+        }],
+    )
+    .expect("probe");
+    assert_eq!(probe.results, [libc::EPERM]);
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["driver"], "kfd", "{event:#}");
+    assert_eq!(event["vendor"], "amd", "{event:#}");
+    assert_eq!(event["role"], "compute", "{event:#}");
+    assert_eq!(event["major"], kfd, "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    let explanation = event["explanation"].as_str().expect("explanation");
+    assert!(
+        explanation.contains(&format!("kfd's major {kfd} (AMD's ROCm compute node)")),
+        "{explanation}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}

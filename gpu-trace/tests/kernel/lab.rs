@@ -1019,3 +1019,40 @@ fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
     let (status, _) = watcher.stop();
     assert!(status.success());
 }
+
+#[test]
+fn a_docker_container_denied_the_real_kfd_is_amds() {
+    let Some(lab) = lab_test("a_docker_container_denied_the_real_kfd_is_amds") else {
+        return;
+    };
+    let _driver = Driver::load(&lab, &["kfd=1"]);
+    let kfd = major_of("kfd").expect("kfd in /proc/devices");
+    mknod(Path::new("/dev/kfd"), kfd, 0);
+    let watcher = Watcher::start(&["--format", "json"]);
+    let name = "gt-lab-rocm";
+    let container = Container::start("docker", &lab, name, &["-v", "/dev/kfd:/dev/kfd"]);
+    assert_denied(container.open("/dev/kfd"));
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], kfd, "{event:#}");
+    assert_eq!(event["driver"], "kfd", "{event:#}");
+    assert_eq!(event["vendor"], "amd", "{event:#}");
+    assert_eq!(event["role"], "compute", "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    assert!(
+        fix_text(event).contains("`--device /dev/kfd --device /dev/dri`"),
+        "{event:#}"
+    );
+    // Passed as a device, it opens: the stand-in's open succeeds.
+    let passed = Container::start(
+        "docker",
+        &lab,
+        "gt-lab-rocm-passed",
+        &["--device", "/dev/kfd"],
+    );
+    passed.open("/dev/kfd").expect("kfd opens when passed");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    let _ = fs::remove_file("/dev/kfd");
+}

@@ -143,9 +143,13 @@ pub const FLAG_PATH_TRUNCATED: u16 = 4;
 /// from the syscall's saved registers; `syscall_ret` is unknown.
 pub const FLAG_PATH_FROM_REGS: u16 = 8;
 
-/// Failed opens of paths under this prefix are reported even though they
-/// never reached the device hook (ENOENT: node missing; EACCES: file mode).
+/// Failed opens of paths under these prefixes are reported even though they
+/// never reached the device hook (ENOENT: node missing; EACCES: file mode):
+/// NVIDIA's nodes, AMD's kfd, DRM's and the accel subsystem's.
 pub const NVIDIA_DEV_PREFIX: &[u8; 11] = b"/dev/nvidia";
+pub const KFD_DEV_PREFIX: &[u8; 8] = b"/dev/kfd";
+pub const DRI_DEV_PREFIX: &[u8; 9] = b"/dev/dri/";
+pub const ACCEL_DEV_PREFIX: &[u8; 11] = b"/dev/accel/";
 
 /// One device access, as the kernel side reports it.
 #[repr(C)]

@@ -12,8 +12,9 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use gpu_trace_common::{
-    EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, NVIDIA_DEV_PREFIX, SEEN_DEVICE,
-    SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
+    KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
+    SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
@@ -126,7 +127,7 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
         if denied || report_allowed() {
             emit(&call, pid_tgid, ret, FLAG_DEVICE_SEEN | FLAG_HAS_SYSCALL);
         }
-    } else if is_gpu_failure(ret) && is_nvidia_dev_path(call.path_ptr) {
+    } else if is_gpu_failure(ret) && is_accelerator_dev_path(call.path_ptr) {
         // A GPU node that failed to open for a reason worth naming, though its
         // major is not watched or it never reached the device hook: missing
         // (ENOENT), file mode (EACCES), stale major (EPERM, ENXIO).
@@ -169,12 +170,30 @@ fn is_gpu_failure(ret: i32) -> bool {
     ret == EPERM || ret == ENOENT || ret == ENXIO || ret == EACCES
 }
 
-fn is_nvidia_dev_path(path_ptr: u64) -> bool {
+fn is_accelerator_dev_path(path_ptr: u64) -> bool {
     // SAFETY: a user pointer read with the fault-tolerant helper.
     match unsafe { bpf_probe_read_user::<[u8; 11]>(path_ptr as *const [u8; 11]) } {
-        Ok(prefix) => &prefix == NVIDIA_DEV_PREFIX,
+        Ok(head) => {
+            starts_with(&head, NVIDIA_DEV_PREFIX)
+                || starts_with(&head, KFD_DEV_PREFIX)
+                || starts_with(&head, DRI_DEV_PREFIX)
+                || starts_with(&head, ACCEL_DEV_PREFIX)
+        }
         Err(_) => false,
     }
+}
+
+/// Byte by byte, so that no memcmp call is needed in the program.
+#[inline(always)]
+fn starts_with<const N: usize>(head: &[u8; 11], prefix: &[u8; N]) -> bool {
+    let mut i = 0;
+    while i < N {
+        if head[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {

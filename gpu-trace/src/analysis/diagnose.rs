@@ -696,6 +696,18 @@ fn node_missing(record: &Record) -> Parts {
             "the MIG capability node was never created",
             "on the host: `nvidia-modprobe -f /proc/driver/nvidia/capabilities/...` for the capability, or `nvidia-ctk system create-device-nodes --control-devices`".to_string(),
         ),
+        _ if path.starts_with("/dev/kfd") => (
+            "AMD's kfd node was never created (amdgpu makes it when it loads)",
+            "on the host: check that amdgpu is loaded (`lsmod | grep amdgpu`, `ls /sys/class/kfd`)".to_string(),
+        ),
+        _ if path.starts_with("/dev/dri/") => (
+            "the DRM node does not exist",
+            "on the host: check that the GPU's driver is loaded (`ls /sys/class/drm`)".to_string(),
+        ),
+        _ if path.starts_with("/dev/accel/") => (
+            "the accel node does not exist",
+            "on the host: check that the accelerator's driver is loaded (`ls /sys/class/accel`: habanalabs, intel_vpu)".to_string(),
+        ),
         _ => ("the node does not exist", "check that the NVIDIA driver is loaded on the host (`nvidia-smi`)".to_string()),
     };
     let mut fixes = vec![fix];

@@ -594,3 +594,76 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
     }
     assert!(left.is_empty(), "programs still loaded after run: {left:?}");
 }
+
+#[test]
+fn run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only() {
+    let Some(_host) =
+        kernel_test("run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only")
+    else {
+        return;
+    };
+    let made_dri = !Path::new("/dev/dri").exists();
+    if made_dri {
+        fs::create_dir("/dev/dri").expect("make /dev/dri");
+    }
+    let node = PathBuf::from(format!(
+        "/dev/dri/renderD-gpu-trace-test-{}",
+        std::process::id()
+    ));
+    mknod(
+        &node,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o660),
+        makedev(226, 200),
+    )
+    .expect("mknod in /dev/dri");
+    fs::set_permissions(&node, fs::Permissions::from_mode(0o660)).expect("chmod");
+    std::os::unix::fs::chown(&node, Some(0), Some(44)).expect("chown to video");
+    let no_kfd = !Path::new("/dev/kfd").exists();
+    let script = format!(
+        "{}true <{}; sleep 2",
+        if no_kfd { "true </dev/kfd; " } else { "" },
+        node.display()
+    );
+    let command: Vec<String> = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--groups=100",
+        "sh",
+        "-c",
+        &script,
+    ]
+    .map(String::from)
+    .into();
+    let output = gpu_trace_run(&["--format", "json"], &command);
+    let _ = fs::remove_file(&node);
+    if made_dri {
+        let _ = fs::remove_dir("/dev/dri");
+    }
+    let (report, _) = json_report(&output);
+    let problems = report["problems"].as_array().expect("problems");
+    let event_at = |path: &str| {
+        problems
+            .iter()
+            .map(|p| &p["event"])
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("no problem at {path}: {report:#}"))
+    };
+    let render = event_at(node.to_str().expect("UTF-8"));
+    assert_eq!(render["cause"], "file-permissions", "{render:#}");
+    let hint = render["hint"].as_str().expect("hint");
+    assert!(
+        hint.starts_with("give the container group 44: `--group-add 44`"),
+        "{hint}"
+    );
+    if no_kfd {
+        let kfd = event_at("/dev/kfd");
+        assert_eq!(kfd["cause"], "node-missing", "{kfd:#}");
+        let explanation = kfd["explanation"].as_str().expect("explanation");
+        assert!(
+            explanation.contains("AMD's kfd node was never created"),
+            "{explanation}"
+        );
+    }
+}

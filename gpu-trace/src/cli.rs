@@ -220,6 +220,9 @@ pub struct CheckArgs {
     /// A container: an LXC name or CT id, or a (short) container id.
     #[arg(long, value_name = "NAME-OR-ID")]
     pub container: Option<String>,
+    /// Read CDI specs from DIR (repeatable) instead of /etc/cdi and /var/run/cdi.
+    #[arg(long = "cdi-dir", value_name = "DIR")]
+    pub cdi_dirs: Vec<PathBuf>,
     #[arg(short, long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
 }

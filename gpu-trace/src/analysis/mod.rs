@@ -4,6 +4,7 @@
 
 pub mod access_check;
 pub mod attribute;
+pub mod cdi_check;
 pub mod diagnose;
 pub mod enrich;
 pub mod log_summary;

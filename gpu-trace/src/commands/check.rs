@@ -12,6 +12,7 @@ use anyhow::Context;
 use crate::{
     analysis::{
         access_check::{cuda_usable, missing_char_links, problems, same_root, view},
+        cdi_check::stale_entries,
         policy_age::written_after_start,
         policy_writer::writer_of_program,
     },
@@ -23,16 +24,17 @@ use crate::{
     },
     cli::CheckArgs,
     host::{
+        cdi_specs::{read_spec_nodes, DEFAULT_CDI_DIRS},
         preflight::check_host,
         proc_devices::{nvidia_uvm_loaded, CharMajors},
     },
     kernel::programs_in_force::{CgroupPolicy, ProgramCache},
     model::exit_status,
     render::{
-        check_report::{write_human, CheckReport, DevicesListReport},
+        check_report::{write_human, CdiReport, CheckReport, DevicesListReport},
         output::Format,
     },
-    text::{json, style},
+    text::{json, shell_word::prose, style},
 };
 
 /// Returns the exit status: 0 usable, 1 not (2, on error, is the caller's).
@@ -76,7 +78,22 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let target_view = views.last().expect("the host view is always there");
     let nvidia_uvm_loaded = nvidia_uvm_loaded();
     let problems = problems(&views, nvidia_uvm_loaded);
-    let warnings = missing_char_links(&views[0], Path::new("/dev/char"));
+    let mut warnings = missing_char_links(&views[0], Path::new("/dev/char"));
+    let cdi = cdi_report(&args.cdi_dirs, &majors);
+    warnings.extend(cdi.stale.iter().map(|e| {
+        format!(
+            "stale CDI spec {} ({}): {}; {}",
+            prose(&e.file),
+            prose(&e.device),
+            e.problem,
+            e.fix
+        )
+    }));
+    warnings.extend(
+        cdi.unreadable
+            .iter()
+            .map(|u| format!("CDI spec not read: {}", prose(u))),
+    );
     let usable = cuda_usable(target_view);
     let report = CheckReport {
         container,
@@ -93,6 +110,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         usable,
         problems,
         warnings,
+        cdi,
     };
     let mut out = io::stdout().lock();
     match args.format {
@@ -104,4 +122,20 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     } else {
         exit_status::FAILURE
     })
+}
+
+/// The CDI specs in `dirs` (the default directories when none), checked
+/// against the host's nodes and /proc/devices.
+fn cdi_report(dirs: &[PathBuf], majors: &CharMajors) -> CdiReport {
+    let dirs: Vec<PathBuf> = if dirs.is_empty() {
+        DEFAULT_CDI_DIRS.iter().map(PathBuf::from).collect()
+    } else {
+        dirs.to_vec()
+    };
+    let (nodes, unreadable) = read_spec_nodes(&dirs);
+    CdiReport {
+        dirs: dirs.iter().map(|d| d.display().to_string()).collect(),
+        unreadable,
+        stale: stale_entries(&nodes, majors),
+    }
 }

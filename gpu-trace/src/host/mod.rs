@@ -1,6 +1,7 @@
 //! What the host's files say: mountinfo, /proc/devices, /proc/PID, tracefs, watch's logs,
 //! the kernel's BTF, and whether the host can run gpu-trace at all.
 
+pub mod cdi_specs;
 pub mod clock;
 pub mod in_root;
 pub mod kernel_btf;

@@ -44,6 +44,11 @@ impl CharMajors {
         Self(majors)
     }
 
+    /// Every (major, driver name), lowest major first.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.0.iter().map(|(&major, name)| (major, name.as_str()))
+    }
+
     pub fn driver(&self, major: u32) -> Option<&str> {
         self.0.get(&major).map(String::as_str)
     }

@@ -6,6 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::{
+    analysis::cdi_check::StaleCdiEntry,
     analysis::{
         access_check::View,
         policy_age::{duration_text, WrittenAfterStart},
@@ -30,8 +31,18 @@ pub struct CheckReport {
     /// Every device CUDA needs is there, current and allowed, in the target's view.
     pub usable: bool,
     pub problems: Vec<String>,
-    /// Risks that do not stop CUDA now: missing /dev/char links.
+    /// Risks that do not stop CUDA now: missing /dev/char links, stale
+    /// CDI specs.
     pub warnings: Vec<String>,
+    pub cdi: CdiReport,
+}
+
+/// The CDI specs read and the entries that do not match the host.
+#[derive(Debug, Serialize)]
+pub struct CdiReport {
+    pub dirs: Vec<String>,
+    pub unreadable: Vec<String>,
+    pub stale: Vec<StaleCdiEntry>,
 }
 
 #[derive(Debug, Serialize)]

@@ -7,6 +7,7 @@
 //! `cargo xtask test` in CI) it fails instead.
 
 mod audit;
+mod cdi;
 mod colour;
 mod common;
 mod device_hook_only;

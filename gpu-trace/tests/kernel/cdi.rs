@@ -1,0 +1,76 @@
+//! CDI specs against the host: `check` names spec entries whose device
+//! number differs from the host's node, or whose path is gone.
+
+use std::fs;
+
+use gpu_trace::scenario::DeviceNodes;
+
+use crate::common::{check_json_with, kernel_test, scratch_cgroup, uvm_standin};
+
+#[test]
+fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
+    let Some(host) = kernel_test("check_names_cdi_spec_entries_that_no_longer_match_the_host")
+    else {
+        return;
+    };
+    let major = uvm_standin();
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let uvm = nodes.path("nvidia-uvm");
+    let specs = tempfile::tempdir().expect("temp dir");
+    // Written before a driver update: the old major, and a node since gone.
+    let spec = specs.path().join("nvidia.yaml");
+    fs::write(
+        &spec,
+        format!(
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia-uvm\n      hostPath: {}\n      major: {}\n      minor: 0\n    - path: /dev/nvidia-gone\n      hostPath: {}/nvidia-gone\n",
+            uvm.display(),
+            major + 1,
+            nodes.dir().display()
+        ),
+    )
+    .expect("write the spec");
+    let cgroup = scratch_cgroup(&host, "cdi");
+    let relative = cgroup.relative_path().to_str().expect("UTF-8").to_string();
+    let dir = specs.path().to_str().expect("UTF-8");
+    let (_, report) = check_json_with(&["--cgroup", &relative, "--cdi-dir", dir], None);
+    let stale = report["cdi"]["stale"].as_array().expect("cdi.stale");
+    assert_eq!(stale.len(), 2, "{report:#}");
+    let file = spec.display().to_string();
+    for entry in stale {
+        assert_eq!(entry["cause"], "stale-cdi-spec", "{entry:#}");
+        assert_eq!(entry["file"], file.as_str(), "{entry:#}");
+        assert_eq!(entry["device"], "nvidia.com/gpu=all", "{entry:#}");
+        assert_eq!(
+            entry["fix"],
+            format!("regenerate it: `nvidia-ctk cdi generate --output={file}`"),
+            "{entry:#}"
+        );
+    }
+    assert_eq!(
+        stale[0]["problem"],
+        format!(
+            "the spec says c {}:0, the host's {} is c {major}:0",
+            major + 1,
+            uvm.display()
+        )
+    );
+    assert_eq!(
+        stale[1]["problem"],
+        format!(
+            "{}/nvidia-gone does not exist on the host",
+            nodes.dir().display()
+        )
+    );
+    // And in the human report, as warnings.
+    let out = std::process::Command::new(crate::common::gpu_trace())
+        .args(["check", "--cgroup", &relative, "--cdi-dir", dir])
+        .output()
+        .expect("run check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "warning: stale CDI spec {file} (nvidia.com/gpu=all)"
+        )),
+        "{text}"
+    );
+}

@@ -185,6 +185,7 @@ impl WatchArgs {
             pid: self.pid,
             comm: self.comm.clone(),
             device: self.device.clone(),
+            vendors: self.devices.vendors.clone(),
         }
     }
 }
@@ -249,11 +250,14 @@ pub struct SummaryArgs {
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct DeviceSelection {
-    /// Also watch this char major (repeatable). NVIDIA's are always watched.
+    /// Only this vendor's devices (repeatable): nvidia, amd, intel, habana.
+    #[arg(long = "vendor", value_name = "NAME", value_parser = crate::model::vendor::Vendor::parse)]
+    pub vendors: Vec<crate::model::vendor::Vendor>,
+    /// Also watch this char major (repeatable). The accelerators' are always watched.
     #[arg(short, long = "major", value_name = "N",
           value_parser = clap::value_parser!(u32).range(..i64::from(gpu_trace_common::MAJOR_LIMIT)))]
     pub majors: Vec<u32>,
-    /// Watch every device, not only NVIDIA's and --major ones.
+    /// Watch every device, not only the accelerators' and --major ones.
     #[arg(short = 'x', long)]
     pub all_devices: bool,
 }

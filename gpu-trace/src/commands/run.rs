@@ -42,6 +42,7 @@ use crate::{
         output::{write_record, Format},
         run_report::Report,
     },
+    stream::filter::vendor_shown,
     stream::ring_events::{event_loop_runtime, RingEvents},
     text::{json, style, terminal::escape},
 };
@@ -164,7 +165,7 @@ async fn trace_command(
         let mut err = io::stderr().lock();
         tracer.drain(limit, |access| {
             let record = pipeline.process(access);
-            if record.access.verdict.is_problem() {
+            if record.access.verdict.is_problem() && vendor_shown(&args.devices.vendors, &record) {
                 let _ = write_record(&mut err, args.format, paint, &record);
                 report.add(&record);
             }

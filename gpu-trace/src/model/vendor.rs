@@ -37,6 +37,14 @@ impl Vendor {
         }
     }
 
+    /// From its name, as `--vendor` takes it.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        [Vendor::Nvidia, Vendor::Amd, Vendor::Intel, Vendor::Habana]
+            .into_iter()
+            .find(|v| v.name() == name)
+            .ok_or_else(|| format!("unknown vendor {name:?}: nvidia, amd, intel or habana"))
+    }
+
     /// From a PCI vendor id (sysfs `device/vendor`).
     pub fn from_pci_id(id: u16) -> Option<Self> {
         Some(match id {

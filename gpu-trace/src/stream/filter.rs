@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use crate::{cgroup::identity::matches, model::record::Record};
+use crate::{
+    cgroup::identity::matches,
+    model::{record::Record, vendor::Vendor},
+};
 
 /// `--device`: a node or driver name, a major, or MAJ:MIN.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +52,11 @@ impl DeviceFilter {
     }
 }
 
+/// `--vendor`: none given shows every device; else only those vendors'.
+pub fn vendor_shown(vendors: &[Vendor], record: &Record) -> bool {
+    vendors.is_empty() || record.vendor.is_some_and(|v| vendors.contains(&v))
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub container: Option<String>,
@@ -57,6 +65,8 @@ pub struct Filter {
     pub pid: Option<u32>,
     pub comm: Option<String>,
     pub device: Option<DeviceFilter>,
+    /// Only these vendors' devices; empty: every device.
+    pub vendors: Vec<Vendor>,
 }
 
 impl Filter {
@@ -78,6 +88,7 @@ impl Filter {
                     .is_some_and(|c| c.starts_with(root))
             })
             && self.device.as_ref().is_none_or(|d| d.accepts(record))
+            && (self.vendors.is_empty() || record.vendor.is_some_and(|v| self.vendors.contains(&v)))
     }
 }
 

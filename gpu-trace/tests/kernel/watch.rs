@@ -447,6 +447,11 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
         .args(["watch", "--format", "json"])
         .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
     let watcher = Watcher::spawn(command);
+    let mut nvidia_only = Command::new(gpu_trace());
+    nvidia_only
+        .args(["watch", "--format", "json", "--vendor", "nvidia"])
+        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
+    let nvidia_only = Watcher::spawn(nvidia_only);
     let probe = run_probe(
         Path::new(gpu_trace()),
         &[&cgroup],
@@ -472,4 +477,8 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     );
     let (status, _) = watcher.stop();
     assert!(status.success());
+    // --vendor nvidia leaves AMD's out.
+    let (status, _, shown) = nvidia_only.stop_with_events(probe.pid);
+    assert!(status.success());
+    assert_eq!(shown, Vec::<serde_json::Value>::new());
 }

@@ -221,6 +221,10 @@ pub struct CheckArgs {
     /// A container: an LXC name or CT id, or a (short) container id.
     #[arg(long, value_name = "NAME-OR-ID")]
     pub container: Option<String>,
+    /// Judge only this vendor's node set (repeatable): nvidia (CUDA), amd (ROCm),
+    /// intel (Level Zero), habana (Gaudi). By default: the vendors present.
+    #[arg(long = "vendor", value_name = "NAME", value_parser = crate::model::vendor::Vendor::parse)]
+    pub vendors: Vec<crate::model::vendor::Vendor>,
     /// Read CDI specs from DIR (repeatable) instead of /etc/cdi and /var/run/cdi.
     #[arg(long = "cdi-dir", value_name = "DIR")]
     pub cdi_dirs: Vec<PathBuf>,

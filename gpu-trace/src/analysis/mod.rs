@@ -15,3 +15,4 @@ pub mod policy_writer;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod unit_rules;
+pub mod vendor_check;

@@ -15,6 +15,7 @@ use crate::{
         cdi_check::stale_entries,
         policy_age::written_after_start,
         policy_writer::writer_of_program,
+        vendor_check::vendor_sets,
     },
     cgroup::{
         first_process::first_process,
@@ -29,7 +30,7 @@ use crate::{
         proc_devices::{nvidia_uvm_loaded, CharMajors},
     },
     kernel::programs_in_force::{CgroupPolicy, ProgramCache},
-    model::exit_status,
+    model::{exit_status, node::NVIDIA_FRONTEND_MAJOR, vendor::Vendor},
     render::{
         check_report::{write_human, CdiReport, CheckReport, DevicesListReport},
         output::Format,
@@ -69,15 +70,41 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     };
 
     let mut views = vec![view("host", Path::new("/"), &policy, v1.as_ref(), &majors)];
-    if let Some(root) = pid
+    let target_root = pid
         .map(|p| PathBuf::from(format!("/proc/{p}/root")))
-        .filter(|r| !same_root(r))
-    {
-        views.push(view("target", &root, &policy, v1.as_ref(), &majors));
+        .filter(|r| !same_root(r));
+    if let Some(root) = &target_root {
+        views.push(view("target", root, &policy, v1.as_ref(), &majors));
     }
     let target_view = views.last().expect("the host view is always there");
     let nvidia_uvm_loaded = nvidia_uvm_loaded();
-    let problems = problems(&views, nvidia_uvm_loaded);
+    let vendors = vendor_sets(
+        target_root.as_deref().unwrap_or(Path::new("/")),
+        &policy,
+        v1.as_ref(),
+        &majors,
+        &args.vendors,
+    );
+    // NVIDIA's set is judged when asked for, or when present, or when no
+    // other vendor is (a host with no accelerator fails on CUDA's nodes).
+    let nvidia_present = majors.driver(NVIDIA_FRONTEND_MAJOR).is_some()
+        || views.iter().any(|v| !v.nodes.is_empty())
+        || nvidia_uvm_loaded;
+    let judge_nvidia = if args.vendors.is_empty() {
+        nvidia_present || vendors.is_empty()
+    } else {
+        args.vendors.contains(&Vendor::Nvidia)
+    };
+    let mut problems = if judge_nvidia {
+        problems(&views, nvidia_uvm_loaded)
+    } else {
+        Vec::new()
+    };
+    for set in vendors.iter().filter(|s| !s.usable) {
+        for missing in &set.missing {
+            problems.push(format!("{} ({}): {missing}", set.vendor.name(), set.stack));
+        }
+    }
     let mut warnings = missing_char_links(&views[0], Path::new("/dev/char"));
     let cdi = cdi_report(&args.cdi_dirs, &majors);
     warnings.extend(cdi.stale.iter().map(|e| {
@@ -94,7 +121,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
             .iter()
             .map(|u| format!("CDI spec not read: {}", prose(u))),
     );
-    let usable = cuda_usable(target_view);
+    let usable =
+        (!judge_nvidia || cuda_usable(target_view)) && vendors.iter().all(|set| set.usable);
     let report = CheckReport {
         container,
         cgroup: relative.to_string_lossy().into_owned(),
@@ -111,6 +139,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         problems,
         warnings,
         cdi,
+        stacks: judge_nvidia
+            .then_some("CUDA")
+            .into_iter()
+            .chain(vendors.iter().map(|set| set.stack))
+            .collect(),
+        vendors,
     };
     let mut out = io::stdout().lock();
     match args.format {

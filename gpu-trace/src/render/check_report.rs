@@ -6,11 +6,11 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::{
-    analysis::cdi_check::StaleCdiEntry,
     analysis::{
         access_check::View,
         policy_age::{duration_text, WrittenAfterStart},
     },
+    analysis::{cdi_check::StaleCdiEntry, vendor_check::VendorSet},
     kernel::programs_in_force::PolicyProgram,
     model::container::Container,
     text::{style, terminal::TerminalLines},
@@ -35,6 +35,10 @@ pub struct CheckReport {
     /// CDI specs.
     pub warnings: Vec<String>,
     pub cdi: CdiReport,
+    /// The other vendors' node sets (NVIDIA's are `views`).
+    pub vendors: Vec<VendorSet>,
+    /// The stacks judged for `usable`: "CUDA", "ROCm", ...
+    pub stacks: Vec<&'static str>,
 }
 
 /// The CDI specs read and the entries that do not match the host.
@@ -122,6 +126,28 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
             ))?;
         }
     }
+    for set in &report.vendors {
+        out.blank()?;
+        out.line(format_args!(
+            "{} nodes for {} ({}):",
+            set.vendor.name(),
+            set.stack,
+            if set.usable { "usable" } else { "NOT usable" }
+        ))?;
+        if set.nodes.is_empty() {
+            out.line(format_args!("  (none)"))?;
+        }
+        for node in &set.nodes {
+            out.line(format_args!(
+                "  {:<32} c {:>3}:{:<4} {:<8} {}",
+                node.path.display().to_string(),
+                node.major,
+                node.minor,
+                node.verdict,
+                node.decided_by
+            ))?;
+        }
+    }
     out.blank()?;
     out.line(format_args!(
         "nvidia_uvm module: {}",
@@ -145,20 +171,21 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
             (None, warning),
         ])?;
     }
+    let stacks = report.stacks.join(", ");
     if report.usable {
         out.parts(&[
             (None, "result: "),
             (Some(style::ALLOWED), "usable"),
             (
                 None,
-                ": nvidiactl, nvidia-uvm and a GPU node are present, current and allowed",
+                &format!(" for {stacks}: every node it needs is present, current and allowed"),
             ),
         ])
     } else {
         out.parts(&[
             (None, "result: "),
             (Some(style::DENIED), "NOT usable"),
-            (None, " for CUDA (see the problems above)"),
+            (None, &format!(" for {stacks} (see the problems above)")),
         ])
     }
 }

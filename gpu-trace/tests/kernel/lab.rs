@@ -1054,5 +1054,30 @@ fn a_docker_container_denied_the_real_kfd_is_amds() {
     passed.open("/dev/kfd").expect("kfd opens when passed");
     let (status, _) = watcher.stop();
     assert!(status.success());
+
+    // check --vendor amd: ROCm needs kfd and a render node in the
+    // container, both allowed.
+    mknod(Path::new("/dev/dri/renderD128"), 226, 128);
+    let rocm = Container::start(
+        "docker",
+        &lab,
+        "gt-lab-rocm-full",
+        &["--device", "/dev/kfd", "--device", "/dev/dri/renderD128"],
+    );
+    let (status, report) = check_json_with(&["--container", &rocm.id, "--vendor", "amd"], None);
+    assert_eq!(status, Some(0), "{report:#}");
+    assert_eq!(report["stacks"], serde_json::json!(["ROCm"]), "{report:#}");
+    assert_eq!(report["vendors"][0]["usable"], true, "{report:#}");
+    let (status, report) =
+        check_json_with(&["--container", &container.id, "--vendor", "amd"], None);
+    assert_eq!(status, Some(1), "{report:#}");
+    let missing = report["vendors"][0]["missing"].to_string();
+    assert!(
+        missing.contains("a render node (/dev/dri/renderD*) is missing"),
+        "{missing}"
+    );
+    assert!(missing.contains("/kfd: denied"), "{missing}");
+    drop(rocm);
     let _ = fs::remove_file("/dev/kfd");
+    let _ = fs::remove_dir_all("/dev/dri");
 }

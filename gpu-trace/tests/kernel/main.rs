@@ -25,4 +25,5 @@ mod runc;
 mod service;
 #[path = "../support/skip.rs"]
 mod skip;
+mod vendors;
 mod watch;

@@ -8,9 +8,11 @@ use std::{path::PathBuf, rc::Rc};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::{
+    analysis::cdi_check::{stale_entries, StaleCdiEntry},
     analysis::policy_age::{duration_text, seconds_after_start},
     cgroup::first_process::FirstProcess,
     host::{
+        cdi_specs::{read_spec_nodes, CDI_DIRS_ENV, DEFAULT_CDI_DIRS},
         nvidia_runtime_config::no_cgroups_config,
         proc_devices::CharMajors,
         security_modules::{security_module_of, SecurityModule},
@@ -71,7 +73,13 @@ pub struct Diagnoser {
     /// Which /proc/devices snapshot (its generation) the cache was filled against.
     majors_seen: Option<u64>,
     host: HostFacts,
+    /// The stale CDI entries as last read, and when: specs change rarely,
+    /// and a flood of new diagnoses must not re-read them each time.
+    cdi_reading: std::cell::RefCell<Option<(std::time::Instant, Rc<[StaleCdiEntry]>)>>,
 }
+
+/// How long a reading of the CDI specs is used.
+const CDI_REREAD_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a diagnosis asks of the host besides /proc/devices, on each new
 /// diagnosis (they are cached); unit tests put their own in.
@@ -84,6 +92,17 @@ struct HostFacts {
     node_group: fn(u32, &[u8]) -> Option<NodeGroup>,
     /// The security module confining process `pid`.
     security_module: fn(u32) -> Option<SecurityModule>,
+    /// CDI spec entries that no longer match the host.
+    stale_cdi: fn(&CharMajors) -> Vec<StaleCdiEntry>,
+}
+
+/// Specs in GPU_TRACE_CDI_DIRS (colon-separated) or the default directories.
+fn stale_cdi_now(majors: &CharMajors) -> Vec<StaleCdiEntry> {
+    let dirs: Vec<PathBuf> = match std::env::var_os(CDI_DIRS_ENV) {
+        Some(dirs) => std::env::split_paths(&dirs).collect(),
+        None => DEFAULT_CDI_DIRS.iter().map(PathBuf::from).collect(),
+    };
+    stale_entries(&read_spec_nodes(&dirs).0, majors)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +135,9 @@ impl Default for Diagnoser {
                 no_cgroups_config,
                 node_group: node_group_now,
                 security_module: security_module_of,
+                stale_cdi: stale_cdi_now,
             },
+            cdi_reading: std::cell::RefCell::new(None),
         }
     }
 }
@@ -221,7 +242,10 @@ impl Diagnoser {
         let a = &record.access;
         let errno = a.open.as_ref().and_then(|o| o.errno());
         Some(match a.verdict {
-            Verdict::Allowed => return stale_node_opened(record, majors),
+            Verdict::Allowed => {
+                return stale_node_opened(record, majors)
+                    .map(|stale| self.stale_cdi_behind(record, majors).unwrap_or(stale))
+            }
             Verdict::FailedBeforeDeviceCheck if errno == Some(libc::EACCES) => {
                 let group = a
                     .open
@@ -255,6 +279,8 @@ impl Diagnoser {
                             device_text(record)
                         ),
                     )
+                } else if let Some(spec) = self.stale_cdi_behind(record, majors) {
+                    spec
                 } else if let Some(unresolved) =
                     device_allow_name_unresolved(record, majors, device_allow)
                 {
@@ -280,6 +306,42 @@ impl Diagnoser {
                     device_denied(record)
                 }
             }
+        })
+    }
+}
+
+impl Diagnoser {
+    /// A stale CDI spec entry for the node the process opened: the spec the
+    /// runtime injected the node (and its rule) from predates the driver.
+    fn stale_cdi_behind(&self, record: &Record, majors: &CharMajors) -> Option<Parts> {
+        let path = record.access.open.as_ref().map(|o| o.path.as_slice())?;
+        let entries = {
+            let mut cached = self.cdi_reading.borrow_mut();
+            match &*cached {
+                Some((read_at, entries)) if read_at.elapsed() < CDI_REREAD_AFTER => {
+                    Rc::clone(entries)
+                }
+                _ => {
+                    let entries: Rc<[StaleCdiEntry]> = (self.host.stale_cdi)(majors).into();
+                    *cached = Some((std::time::Instant::now(), Rc::clone(&entries)));
+                    entries
+                }
+            }
+        };
+        let entry = entries.iter().find(|e| e.path.as_bytes() == path)?;
+        Some(Parts {
+            cause: Cause::StaleCdiSpec,
+            explanation: format!(
+                "{} was injected from CDI spec {} ({}), which no longer matches the host: {}",
+                prose(&entry.path),
+                prose(&entry.file),
+                prose(&entry.device),
+                entry.problem
+            ),
+            fix: vec![
+                entry.fix.clone(),
+                format!("then recreate {}", label(record)),
+            ],
         })
     }
 }
@@ -1256,6 +1318,47 @@ mod tests {
         let diag = diagnose(&mut Diagnoser::default(), &r).expect("diagnosis");
         assert!(
             diag.hint.contains("`--device /dev/kfd --device /dev/dri`"),
+            "{}",
+            diag.hint
+        );
+    }
+
+    #[test]
+    fn a_node_from_a_stale_cdi_spec_names_the_spec() {
+        let docker = "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
+        let r = record(
+            docker,
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        let mut d = Diagnoser::default();
+        d.host.stale_cdi = |_| {
+            vec![StaleCdiEntry {
+                cause: "stale-cdi-spec",
+                file: "/etc/cdi/nvidia.yaml".into(),
+                device: "nvidia.com/gpu=all".into(),
+                path: "/dev/nvidia-uvm".into(),
+                problem:
+                    "the spec says major 510, but nvidia-uvm has major 509 today (/proc/devices)"
+                        .into(),
+                fix: "regenerate it: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"
+                    .into(),
+            }]
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::StaleCdiSpec);
+        assert!(
+            diag.explanation
+                .contains("injected from CDI spec /etc/cdi/nvidia.yaml (nvidia.com/gpu=all)"),
+            "{}",
+            diag.explanation
+        );
+        assert!(
+            diag.hint
+                .starts_with("regenerate it: `nvidia-ctk cdi generate"),
             "{}",
             diag.hint
         );

@@ -9,6 +9,9 @@ use std::{
 
 use yaml_rust2::{Yaml, YamlLoader};
 
+/// Directories (colon-separated) `watch` and `run` read specs from
+/// instead of the defaults, as `check --cdi-dir` does.
+pub const CDI_DIRS_ENV: &str = "GPU_TRACE_CDI_DIRS";
 /// Where runtimes look for specs unless told otherwise.
 pub const DEFAULT_CDI_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 /// Specs read per directory: a directory full of files is not a reason to

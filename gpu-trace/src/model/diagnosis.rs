@@ -33,6 +33,8 @@ pub enum Cause {
     NoCgroupsHook,
     /// The device check allowed it; SELinux or AppArmor refused the open.
     LsmDenied,
+    /// The node came from a CDI spec that no longer matches the host.
+    StaleCdiSpec,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -51,6 +53,7 @@ impl Cause {
             Cause::StackedPrograms => "stacked-programs",
             Cause::NoCgroupsHook => "no-cgroups-hook",
             Cause::LsmDenied => "lsm-denied",
+            Cause::StaleCdiSpec => "stale-cdi-spec",
             Cause::DeviceDenied => "device-denied",
         }
     }

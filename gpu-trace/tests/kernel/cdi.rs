@@ -1,11 +1,13 @@
 //! CDI specs against the host: `check` names spec entries whose device
-//! number differs from the host's node, or whose path is gone.
+//! number differs from the host's node, or whose path is gone, and `watch`
+//! names the stale spec behind a denied node.
 
 use std::fs;
 
-use gpu_trace::scenario::DeviceNodes;
+use gpu_trace::scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchPolicy};
+use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
-use crate::common::{check_json_with, kernel_test, scratch_cgroup, uvm_standin};
+use crate::common::{check_json_with, kernel_test, scratch_cgroup, uvm_standin, Watcher};
 
 #[test]
 fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
@@ -73,4 +75,62 @@ fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
         )),
         "{text}"
     );
+}
+
+#[test]
+fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
+    let Some(host) = kernel_test("watch_names_the_stale_cdi_spec_behind_a_denied_node") else {
+        return;
+    };
+    let major = uvm_standin();
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let uvm = nodes.path("nvidia-uvm");
+    // The spec injected this node (same path in the container) with last
+    // week's major; the policy, written from it, does not allow today's.
+    let specs = tempfile::tempdir().expect("temp dir");
+    let spec = specs.path().join("nvidia.json");
+    fs::write(
+        &spec,
+        format!(
+            r#"{{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[{{"name":"all","containerEdits":{{"deviceNodes":[{{"path":"{}","major":{},"minor":0}}]}}}}]}}"#,
+            uvm.display(),
+            major + 1
+        ),
+    )
+    .expect("write the spec");
+    let cgroup = scratch_cgroup(&host, "cdi-watch");
+    let _policy = ScratchPolicy::attach(
+        &cgroup,
+        &[(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
+    )
+    .expect("attach");
+    let mut command = std::process::Command::new(crate::common::gpu_trace());
+    command
+        .args(["watch", "--format", "json", "--major", &major.to_string()])
+        .env("GPU_TRACE_CDI_DIRS", specs.path());
+    let watcher = Watcher::spawn(command);
+    let probe = run_probe(
+        std::path::Path::new(crate::common::gpu_trace()),
+        &[&cgroup],
+        &[ProbeOp::Open {
+            path: uvm.clone(),
+            mode: OpenMode::ReadWrite,
+        }],
+    )
+    .expect("probe");
+    assert_eq!(probe.results, [libc::EPERM]);
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["cause"], "stale-cdi-spec", "{event:#}");
+    let explanation = event["explanation"].as_str().expect("explanation");
+    assert!(
+        explanation.contains(&format!(
+            "was injected from CDI spec {} (nvidia.com/gpu=all)",
+            spec.display()
+        )),
+        "{explanation}"
+    );
+    let (status, _) = watcher.stop();
+    assert!(status.success());
 }

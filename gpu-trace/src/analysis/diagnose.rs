@@ -16,7 +16,7 @@ use crate::{
         nvidia_runtime_config::no_cgroups_config,
         proc_devices::CharMajors,
         security_modules::{security_module_of, SecurityModule},
-        systemd_units::{char_names, unit_of_cgroup},
+        systemd_units::{char_names, glob_matches, unit_of_cgroup},
     },
     model::{
         access::Verdict,
@@ -26,6 +26,7 @@ use crate::{
         node::NvidiaNode,
         policy_writer::Manager,
         record::Record,
+        rendered::Rendered,
     },
     text::shell_word::{command_word, plain_or, prose},
 };
@@ -152,10 +153,29 @@ struct DiagnosisKey {
     ret: Option<i32>,
     uid: u32,
     path: Option<Vec<u8>>,
-    /// The culprit as attribution cached it (same answer, same allocation).
-    culprit: Option<usize>,
-    /// The culprit unit's DeviceAllow= list, likewise.
-    device_allow: Option<usize>,
+    /// The culprit as attribution cached it (same answer, same allocation;
+    /// held, so that its address cannot name another while cached).
+    culprit: Option<SameCulprit>,
+    /// The culprit unit's DeviceAllow= list, by content.
+    device_allow: Option<Rc<[String]>>,
+}
+
+/// A culprit compared and hashed by its allocation.
+#[derive(Debug, Clone)]
+struct SameCulprit(Rc<Rendered<DeniedBy>>);
+
+impl PartialEq for SameCulprit {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SameCulprit {}
+
+impl std::hash::Hash for SameCulprit {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Rc::as_ptr(&self.0), state)
+    }
 }
 
 /// Enough for every distinct problem a host shows at once; a flood of
@@ -192,8 +212,8 @@ impl Diagnoser {
             ret: a.open.as_ref().and_then(|o| o.ret),
             uid: a.uid,
             path: a.open.as_ref().map(|o| o.path.clone()),
-            culprit: record.denied_by.as_ref().map(|d| Rc::as_ptr(d) as usize),
-            device_allow: device_allow.map(|d| Rc::as_ptr(d) as *const String as usize),
+            culprit: record.denied_by.clone().map(SameCulprit),
+            device_allow: device_allow.cloned(),
         };
         if let Some(known) = self.cache.get(&key) {
             return known.clone();
@@ -569,8 +589,14 @@ fn device_allow_name_unresolved(
     };
     let unit = unit_of_cgroup(attached_at)?;
     let entries = device_allow?;
+    // A rule that names the denied device's driver today means the name
+    // is not why it was denied.
+    let driver_today = record.driver.as_deref();
+    if char_names(entries).any(|name| driver_today.is_some_and(|d| glob_matches(name, d))) {
+        return None;
+    }
     let missing: Vec<&str> = char_names(entries)
-        .filter(|name| !majors.has_driver(name))
+        .filter(|name| !majors.iter().any(|(_, driver)| glob_matches(name, driver)))
         .collect();
     if missing.is_empty() {
         return None;
@@ -1096,6 +1122,21 @@ mod tests {
             "{}",
             diag.hint
         );
+        // Today's name listed beside the old one (for portability), or a
+        // glob that covers it: the name is not why it was denied.
+        for rules in [
+            vec![
+                "char-nvidia-frontend rw".to_string(),
+                "char-nvidia rw".to_string(),
+            ],
+            vec!["char-nvidia* rw".to_string()],
+        ] {
+            let rules: Rc<[String]> = Rc::from(rules);
+            let diag = Diagnoser::default()
+                .diagnose(&r, &majors, 0, None, Some(&rules))
+                .expect("diagnosis");
+            assert_ne!(diag.cause, Cause::DeviceAllowNameUnresolved, "{rules:?}");
+        }
         // Every name resolves: not this cause.
         let resolved: Rc<[String]> = Rc::from(vec!["char-nvidia rw".to_string()]);
         let diag = Diagnoser::default()

@@ -22,7 +22,7 @@ use crate::{
         node::{major_owner, node_name, NvidiaNode},
         record::{Record, RecordKind},
         rendered::Rendered,
-        vendor::{vendor_and_role, DeviceFacts},
+        vendor::{vendor_and_role, DeviceFacts, Role, Vendor},
     },
 };
 
@@ -170,7 +170,8 @@ impl Enricher {
                     .clone()
             })
         } else {
-            (None, None)
+            // Failed before any device check: the path says what it was.
+            vendor_of_path(&access, node)
         };
         let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
         let container = self.container(access.cgroup_id, cgroup.as_ref());
@@ -212,4 +213,20 @@ impl Enricher {
         }
         container
     }
+}
+
+/// Vendor and role of a node that failed to open before any device check
+/// (missing, refused by its file mode), from its path.
+fn vendor_of_path(
+    access: &DeviceAccess,
+    node: Option<NvidiaNode>,
+) -> (Option<Vendor>, Option<Role>) {
+    let path = access.open.as_ref().map_or(&[][..], |o| o.path.as_slice());
+    if node.is_some() {
+        return vendor_and_role(None, 0, 0, node, DeviceFacts::default);
+    }
+    if path.ends_with(b"/kfd") {
+        return (Some(Vendor::Amd), Some(Role::Compute));
+    }
+    (None, None)
 }

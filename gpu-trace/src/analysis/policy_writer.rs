@@ -24,9 +24,16 @@ const WRITERS_CAPACITY: usize = 4096;
 
 #[derive(Default)]
 pub struct WriterFinder {
-    /// Culprits with their writer, by program id.
-    culprits: FxHashMap<u32, Rc<Rendered<DeniedBy>>>,
+    /// Writers by program id and load time: worked out once per program.
+    writers: FxHashMap<(u32, u64), PolicyWriter>,
+    /// Attribution's culprit (kept, so that its address names it alone)
+    /// and the same with its writer, by that address: a repeat of a denial
+    /// costs a lookup, and a fresh attribution (other programs in force,
+    /// another cgroup) gets its own.
+    filled: FxHashMap<usize, (Culprit, Culprit)>,
 }
+
+type Culprit = Rc<Rendered<DeniedBy>>;
 
 impl WriterFinder {
     /// `culprit` with its writer filled in, when it is a program.
@@ -40,27 +47,34 @@ impl WriterFinder {
             name,
             attached_at,
             loaded_at,
+            loaded_boot_ns,
             writer: None,
             ..
         } = &**culprit
         else {
             return culprit;
         };
-        if let Some(known) = self.culprits.get(id) {
-            if known.loaded_at() == Some(loaded_at.as_str()) {
-                return Rc::clone(known);
-            }
+        let address = Rc::as_ptr(&culprit) as usize;
+        if let Some((_, filled)) = self.filled.get(&address) {
+            return Rc::clone(filled);
         }
-        let writer = writer_of_program(*id, name, attached_at, loaded_at, container);
+        if self.writers.len() >= WRITERS_CAPACITY {
+            self.writers.clear();
+        }
+        let writer = self
+            .writers
+            .entry((*id, *loaded_boot_ns))
+            .or_insert_with(|| writer_of_program(*id, name, attached_at, loaded_at, container))
+            .clone();
         let mut filled = (**culprit).clone();
         if let DeniedBy::Program { writer: slot, .. } = &mut filled {
             *slot = Some(writer);
         }
         let filled = Rc::new(Rendered::new(filled));
-        if self.culprits.len() >= WRITERS_CAPACITY {
-            self.culprits.clear();
+        if self.filled.len() >= WRITERS_CAPACITY {
+            self.filled.clear();
         }
-        self.culprits.insert(*id, Rc::clone(&filled));
+        self.filled.insert(address, (culprit, Rc::clone(&filled)));
         filled
     }
 }
@@ -119,10 +133,15 @@ fn work_out(
     if name.is_empty() && engine_runs_it {
         if let Some((manager, process)) = runtime() {
             let evidence = format!(
-                "unnamed and held by no process at the container's cgroup, whose {} (pid {}) runs it with {}",
+                "unnamed and held by no process at the container's cgroup, whose {} (pid {}) runs it with {}{}",
                 process.comm,
                 process.pid,
-                manager.label()
+                manager.label(),
+                if process.comm.starts_with("containerd-shim") {
+                    " (containerd-shim-runc-v2 runs runc, or a binary its runtime options name)"
+                } else {
+                    ""
+                }
             );
             return writer(manager, evidence, Some(process));
         }

@@ -22,9 +22,16 @@ const UNITS_CAPACITY: usize = 1024;
 /// when they were asked for.
 type Asked = (Instant, Option<Rc<[String]>>);
 
+/// At most this many `systemctl` runs per RECHECK_AFTER, host-wide: with
+/// the systemd cgroup driver every container is a unit, and each run may
+/// hold the event loop for up to a second.
+const ASKS_PER_WINDOW: usize = 8;
+
 #[derive(Default)]
 pub struct UnitRules {
     by_unit: FxHashMap<String, Asked>,
+    /// When systemctl was last run, newest last.
+    asks: std::collections::VecDeque<Instant>,
 }
 
 impl UnitRules {
@@ -48,6 +55,17 @@ impl UnitRules {
                 return rules.clone();
             }
         }
+        while self
+            .asks
+            .front()
+            .is_some_and(|at| at.elapsed() >= RECHECK_AFTER)
+        {
+            self.asks.pop_front();
+        }
+        if self.asks.len() >= ASKS_PER_WINDOW {
+            return None;
+        }
+        self.asks.push_back(Instant::now());
         let rules: Option<Rc<[String]>> = device_allow_of(unit).map(Rc::from);
         if self.by_unit.len() >= UNITS_CAPACITY {
             self.by_unit.clear();

@@ -31,6 +31,8 @@ pub struct VendorSet {
 #[derive(Debug, Serialize)]
 pub struct VendorNode {
     pub path: PathBuf,
+    /// The driver of its major, per /proc/devices.
+    pub driver: Option<String>,
     pub role: Role,
     pub major: u32,
     pub minor: u32,
@@ -80,6 +82,7 @@ pub fn vendor_sets(
                 vendor,
                 VendorNode {
                     path,
+                    driver: driver.map(str::to_string),
                     role: role?,
                     major,
                     minor,
@@ -114,7 +117,7 @@ pub fn vendor_sets(
 type Need = (&'static str, fn(&VendorNode) -> bool);
 
 fn is_kfd(node: &VendorNode) -> bool {
-    node.path.ends_with("kfd")
+    node.driver.as_deref() == Some("kfd")
 }
 
 fn is_render(node: &VendorNode) -> bool {
@@ -164,6 +167,7 @@ fn set_of(vendor: Vendor, all: &[(Option<Vendor>, VendorNode)]) -> VendorSet {
             .into_iter()
             .map(|n| VendorNode {
                 path: n.path.clone(),
+                driver: n.driver.clone(),
                 role: n.role,
                 major: n.major,
                 minor: n.minor,

@@ -4,6 +4,8 @@
 
 use std::{
     fs,
+    io::Read,
+    os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
 };
 
@@ -66,11 +68,28 @@ pub fn read_spec_nodes(dirs: &[PathBuf]) -> (Vec<SpecNode>, Vec<String>) {
 }
 
 fn read_spec(file: &Path) -> Result<Vec<SpecNode>, String> {
-    let size = fs::metadata(file).map_err(|e| e.to_string())?.len();
-    if size > SPEC_SIZE_LIMIT {
-        return Err(format!("{size} bytes, more than a spec"));
+    // Not a FIFO that blocks, nor a device that never ends; no symlink.
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+        .map_err(|e| e.to_string())?;
+    if !opened.metadata().map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
     }
-    let text = fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    opened
+        .take(SPEC_SIZE_LIMIT + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > SPEC_SIZE_LIMIT {
+        return Err("more than 4 MiB, more than a spec".into());
+    }
+    // The YAML loader copies what an alias names: a few lines of nested
+    // anchors would fill memory. CDI specs use none.
+    if has_yaml_anchor(&text) {
+        return Err("YAML anchors or aliases, which CDI specs do not use".into());
+    }
     let docs = YamlLoader::load_from_str(&text).map_err(|e| e.to_string())?;
     let spec = docs.first().ok_or("empty")?;
     let kind = spec["kind"].as_str().ok_or("no kind")?;
@@ -99,6 +118,21 @@ fn read_spec(file: &Path) -> Result<Vec<SpecNode>, String> {
     Ok(nodes)
 }
 
+/// An anchor (`&name`) or alias (`*name`) where YAML reads one: after
+/// a space, `-`, `:`, `[`, `{` or `,`, or at the start of a line.
+fn has_yaml_anchor(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.windows(2).enumerate().any(|(i, w)| {
+        (w[0] == b'&' || w[0] == b'*')
+            && (w[1].is_ascii_alphanumeric() || w[1] == b'_')
+            && (i == 0
+                || matches!(
+                    bytes[i - 1],
+                    b' ' | b'\n' | b'\t' | b'-' | b':' | b'[' | b'{' | b','
+                ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,9 +151,15 @@ mod tests {
         )
         .unwrap();
         fs::write(dir.path().join("broken.yaml"), "kind: [").unwrap();
+        fs::write(
+            dir.path().join("laughs.yaml"),
+            "a: &a [x, x]\nb: &b [*a, *a]\nkind: x\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
         fs::write(dir.path().join("notes.txt"), "not a spec").unwrap();
         let (nodes, unreadable) = read_spec_nodes(&[dir.path().to_path_buf()]);
-        assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+        assert_eq!(unreadable.len(), 3, "{unreadable:?}");
         let summary: Vec<(String, String, Option<u32>)> = nodes
             .iter()
             .map(|n| (n.device.clone(), n.path.clone(), n.major))

@@ -51,6 +51,18 @@ fn groups_in(status: &str) -> Option<Vec<u32>> {
     Some(groups)
 }
 
+/// Whether process `pid` runs as root with the host's root directory (PID
+/// 1's): a runtime's or systemd's process, not a tenant's. Anyone can name
+/// a process anything; only root on the host is trusted as evidence.
+pub fn is_host_root_process(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |dir: String| fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()));
+    let proc_dir = format!("/proc/{pid}");
+    fs::metadata(&proc_dir).is_ok_and(|m| m.uid() == 0)
+        && identity(format!("{proc_dir}/root")).is_some()
+        && identity(format!("{proc_dir}/root")) == identity("/proc/1/root".into())
+}
+
 /// The command name of process `pid`; empty when it is gone.
 pub fn comm_of(pid: u32) -> String {
     fs::read_to_string(format!("/proc/{pid}/comm"))

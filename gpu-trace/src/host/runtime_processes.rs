@@ -3,22 +3,23 @@
 //! command lines name the OCI runtime (runc, crun) that wrote the
 //! container's device policy and then exited.
 
-use std::{fs, os::unix::fs::MetadataExt, path::Path};
+use std::fs;
 
-use crate::model::policy_writer::{Manager, ProcessRef};
+use crate::{
+    host::proc_pid::is_host_root_process,
+    model::policy_writer::{Manager, ProcessRef},
+};
 
 /// The OCI runtime running container `id`, and the process whose command
-/// line says so. Only processes with the host's root (PID 1's: gpu-trace
-/// itself may run in an image) count: anyone can write any command line,
-/// but a tenant's processes live in its container's root.
+/// line says so. Only root's processes with the host's root count
+/// (is_host_root_process): anyone can write any command line.
 pub fn oci_runtime_of(id: &str) -> Option<(Manager, ProcessRef)> {
-    let host_root = identity(Path::new("/proc/1/root"))?;
     fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
         let pid: u32 = p.file_name().to_str()?.parse().ok()?;
         let cmdline = fs::read(p.path().join("cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
         let runtime = runtime_in(&args, id.as_bytes())?;
-        if identity(&p.path().join("root")) != Some(host_root) {
+        if !is_host_root_process(pid) {
             return None;
         }
         Some((
@@ -29,11 +30,6 @@ pub fn oci_runtime_of(id: &str) -> Option<(Manager, ProcessRef)> {
             },
         ))
     })
-}
-
-/// Device and inode of a directory: what "the same root" means.
-fn identity(dir: &Path) -> Option<(u64, u64)> {
-    fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// `containerd-shim-runc-v2 -namespace moby -id ID ...` is runc's;

@@ -10,7 +10,7 @@ use std::{
 
 /// `systemctl` may wait on a busy systemd; an answer later than this is
 /// not worth holding up the event stream for.
-const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// The unit's DeviceAllow= entries ("char-nvidia-frontend rw", "/dev/null rw");
 /// None when systemctl is missing, fails or is slow.
@@ -23,6 +23,12 @@ pub fn device_allow_of(unit: &str) -> Option<Vec<String>> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
+    // Read as it comes: a child blocked on a full pipe would never exit.
+    let mut stdout = child.stdout.take()?;
+    let reader = thread::spawn(move || {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).map(|_| out)
+    });
     let deadline = Instant::now() + ANSWER_WITHIN;
     let status = loop {
         match child.try_wait().ok()? {
@@ -35,9 +41,22 @@ pub fn device_allow_of(unit: &str) -> Option<Vec<String>> {
             None => thread::sleep(Duration::from_millis(5)),
         }
     };
-    let mut out = String::new();
-    child.stdout.take()?.read_to_string(&mut out).ok()?;
+    let out = reader.join().ok()?.ok()?;
     status.success().then(|| parse_device_allow(&out))
+}
+
+/// Whether `name` matches systemd's `char-` pattern `pattern` (`*`, `?`).
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    fn matches(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => matches(&p[1..], n) || (!n.is_empty() && matches(p, &n[1..])),
+            (Some(b'?'), Some(_)) => matches(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => matches(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    matches(pattern.as_bytes(), name.as_bytes())
 }
 
 /// systemd prints the list on one line, entries separated by ", ":
@@ -85,6 +104,15 @@ mod tests {
             ["nvidia-frontend", "pts"]
         );
         assert!(parse_device_allow("\n").is_empty());
+    }
+
+    #[test]
+    fn char_names_match_as_globs() {
+        assert!(glob_matches("nvidia*", "nvidia-uvm"));
+        assert!(glob_matches("nvidia", "nvidia"));
+        assert!(!glob_matches("nvidia-frontend", "nvidia"));
+        assert!(glob_matches("nvidia-?vm", "nvidia-uvm"));
+        assert!(!glob_matches("nv*x", "nvidia"));
     }
 
     #[test]

@@ -5,10 +5,12 @@
 
 use std::{fs, path::Path};
 
-use crate::model::policy_writer::ProcessRef;
+use crate::{host::proc_pid::is_host_root_process, model::policy_writer::ProcessRef};
 
 /// The first process (lowest pid: systemd before its children) holding
-/// program `prog_id` or a link to it.
+/// program `prog_id` or a link to it, among root's processes with the
+/// host's root: a tenant's process (a container's own systemd, say) is no
+/// evidence, and only BPF descriptors' fdinfo is read.
 pub fn holder_of(prog_id: u32) -> Option<ProcessRef> {
     let wanted = fdinfo_line(prog_id);
     let mut pids: Vec<u32> = fs::read_dir("/proc")
@@ -18,6 +20,7 @@ pub fn holder_of(prog_id: u32) -> Option<ProcessRef> {
         .collect();
     pids.sort_unstable();
     pids.into_iter()
+        .filter(|&pid| is_host_root_process(pid))
         .find(|pid| holds(&Path::new("/proc").join(pid.to_string()), &wanted))
         .map(|pid| ProcessRef {
             pid,
@@ -30,11 +33,22 @@ pub(crate) fn fdinfo_line(prog_id: u32) -> String {
     format!("prog_id:\t{prog_id}")
 }
 
-/// Whether any of the process's open files has the `wanted` fdinfo line.
+/// Whether any of the process's BPF program or link descriptors has the
+/// `wanted` fdinfo line. Other descriptors are not read: a process can
+/// hold a million, with big fdinfo files.
 pub(crate) fn holds(process: &Path, wanted: &str) -> bool {
-    let Ok(fds) = fs::read_dir(process.join("fdinfo")) else {
+    let Ok(fds) = fs::read_dir(process.join("fd")) else {
         return false;
     };
     fds.flatten()
-        .any(|fd| fs::read_to_string(fd.path()).is_ok_and(|info| info.lines().any(|l| l == wanted)))
+        .filter(|fd| {
+            fs::read_link(fd.path()).is_ok_and(|target| {
+                let target = target.as_os_str().as_encoded_bytes();
+                target == b"anon_inode:bpf-prog" || target == b"anon_inode:bpf_link"
+            })
+        })
+        .any(|fd| {
+            fs::read_to_string(process.join("fdinfo").join(fd.file_name()))
+                .is_ok_and(|info| info.lines().any(|l| l == wanted))
+        })
 }

@@ -51,16 +51,20 @@ fn groups_in(status: &str) -> Option<Vec<u32>> {
     Some(groups)
 }
 
-/// Whether process `pid` runs as root with the host's root directory (PID
-/// 1's): a runtime's or systemd's process, not a tenant's. Anyone can name
+/// Whether process `pid` runs as root with the host's root directory: a
+/// runtime's or systemd's process, not a tenant's. Anyone can name
 /// a process anything; only root on the host is trusted as evidence.
 pub fn is_host_root_process(pid: u32) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let identity = |dir: String| fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()));
+    let identity = |dir: &str| fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()));
+    // PID 1's root where we may look at it (gpu-trace may run in an image
+    // with the host's PIDs); else ours, the host's when not in an image.
+    let Some(host_root) = identity("/proc/1/root").or_else(|| identity("/")) else {
+        return false;
+    };
     let proc_dir = format!("/proc/{pid}");
     fs::metadata(&proc_dir).is_ok_and(|m| m.uid() == 0)
-        && identity(format!("{proc_dir}/root")).is_some()
-        && identity(format!("{proc_dir}/root")) == identity("/proc/1/root".into())
+        && identity(&format!("{proc_dir}/root")) == Some(host_root)
 }
 
 /// The command name of process `pid`; empty when it is gone.
@@ -128,5 +132,11 @@ mod tests {
         let status = "Name:\tsh\nUid:\t65534\t65534\t65534\t65534\nGid:\t100\t65534\t65534\t65534\nGroups:\t44 109 \n";
         assert_eq!(groups_in(status), Some(vec![65534, 44, 109]));
         assert_eq!(groups_in("Gid:\t0\t0\t0\t0\nGroups:\t\n"), Some(vec![0]));
+    }
+
+    #[test]
+    fn this_process_is_a_host_root_process_only_as_root() {
+        let root = nix::unistd::geteuid().is_root();
+        assert_eq!(is_host_root_process(std::process::id()), root);
     }
 }

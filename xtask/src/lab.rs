@@ -24,9 +24,9 @@ use anyhow::{bail, ensure, Context};
 use crate::{
     apt_install, require_root, run_checked,
     vm_test::{
-        bash, build_guest_binaries, busybox_applets, kernel_package, kvm_usable,
-        print_console_tail, skip_notice, step_problems, stream_console, wait_or_kill,
-        write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP, BUSYBOX,
+        bash, build_guest_binaries, install_busybox, kernel_package, kvm_usable,
+        pack_initramfs_tree, print_console_tail, skip_notice, step_problems, stream_console,
+        wait_or_kill, write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
     },
     workspace,
 };
@@ -490,12 +490,7 @@ fn initramfs(series: Series, release: &str, modules: &Path) -> anyhow::Result<Pa
     for d in ["bin", "dev", "proc", "sys", "modules"] {
         fs::create_dir_all(root.join(d))?;
     }
-    fs::copy(BUSYBOX, root.join("bin/busybox"))?;
-    for applet in busybox_applets()? {
-        if applet != "busybox" {
-            symlink("busybox", root.join("bin").join(applet))?;
-        }
-    }
+    install_busybox(&root)?;
     let mut order: Vec<String> = Vec::new();
     for module in BOOT_MODULES {
         let out = Command::new("modprobe")
@@ -535,15 +530,7 @@ fn initramfs(series: Series, release: &str, modules: &Path) -> anyhow::Result<Pa
         }
     }
     fs::write(root.join("modules/order"), order.join("\n") + "\n")?;
-    fs::copy(&init, root.join("init"))?;
-    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
-    let partial = dir.join("initramfs.partial");
-    run_checked(
-        bash(r#"find . | busybox cpio -o -H newc --quiet | gzip -1 >"$1""#)
-            .arg(&partial)
-            .current_dir(&root),
-    )?;
-    fs::rename(&partial, &packed)?;
+    pack_initramfs_tree(&root, &init, &packed)?;
     Ok(packed)
 }
 
@@ -666,12 +653,7 @@ fn busybox_image(tarball: &Path) -> anyhow::Result<()> {
     for d in ["bin", "dev", "etc", "proc", "sys", "tmp"] {
         fs::create_dir_all(root.join(d))?;
     }
-    fs::copy(BUSYBOX, root.join("bin/busybox"))?;
-    for applet in busybox_applets()? {
-        if applet != "busybox" {
-            symlink("busybox", root.join("bin").join(applet))?;
-        }
-    }
+    install_busybox(&root)?;
     fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n")?;
     fs::write(root.join("etc/group"), "root:x:0:\nvideo:x:44:\n")?;
     run_checked(

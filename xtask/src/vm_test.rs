@@ -462,26 +462,13 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     for dir in ["bin", "dev", "proc", "sys", "tmp"] {
         fs::create_dir_all(root.join(dir))?;
     }
-    fs::copy(BUSYBOX, root.join("bin/busybox"))?;
-    for applet in busybox_applets()? {
-        if applet != "busybox" {
-            symlink("busybox", root.join("bin").join(applet))?;
-        }
-    }
+    install_busybox(&root)?;
     for tool in HOST_TOOLS {
         copy_with_libraries(Path::new(tool), &root)?;
     }
     fs::copy(&binaries.gpu_trace, root.join("bin/gpu-trace"))?;
     fs::copy(&binaries.kernel_tests, root.join("bin/kernel-tests"))?;
-    fs::copy(&init, root.join("init"))?;
-    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
-    let packing = vm_dir().join("initramfs.partial");
-    run_checked(
-        bash(r#"find . | busybox cpio -o -H newc --quiet | gzip -1 >"$1""#)
-            .arg(&packing)
-            .current_dir(&root),
-    )?;
-    fs::rename(&packing, &initramfs)?;
+    pack_initramfs_tree(&root, &init, &initramfs)?;
     Ok(initramfs)
 }
 
@@ -546,7 +533,33 @@ pub(crate) fn newer_than_all(output: &Path, inputs: &[&Path]) -> anyhow::Result<
     Ok(true)
 }
 
-pub(crate) fn busybox_applets() -> anyhow::Result<Vec<String>> {
+/// busybox in `root`/bin, with a link for each of its applets.
+pub(crate) fn install_busybox(root: &Path) -> anyhow::Result<()> {
+    fs::copy(BUSYBOX, root.join("bin/busybox"))?;
+    for applet in busybox_applets()? {
+        if applet != "busybox" {
+            symlink("busybox", root.join("bin").join(applet))?;
+        }
+    }
+    Ok(())
+}
+
+/// `init` as /init of the tree at `root`, all of it packed (gzip'd newc) to
+/// `output`, which appears only once whole.
+pub(crate) fn pack_initramfs_tree(root: &Path, init: &Path, output: &Path) -> anyhow::Result<()> {
+    fs::copy(init, root.join("init"))?;
+    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
+    let partial = output.with_extension("partial");
+    run_checked(
+        bash(r#"find . | busybox cpio -o -H newc --quiet | gzip -1 >"$1""#)
+            .arg(&partial)
+            .current_dir(root),
+    )?;
+    fs::rename(&partial, output)?;
+    Ok(())
+}
+
+fn busybox_applets() -> anyhow::Result<Vec<String>> {
     let out = Command::new(BUSYBOX)
         .arg("--list")
         .output()

@@ -20,19 +20,27 @@ pub mod program {
     pub const EXIT_OPENAT2: &str = "exit_openat2";
     pub const ENTER_OPEN: &str = "enter_open";
     pub const EXIT_OPEN: &str = "exit_open";
+    /// fentry and fexit on `OPEN_FUNCTION`: the open calls' path and result
+    /// where the kernel has BPF trampolines, without syscall tracepoints.
+    pub const OPEN_FUNCTION_ENTRY: &str = "open_function_entry";
+    pub const OPEN_FUNCTION_EXIT: &str = "open_function_exit";
+    /// The kernel function every open, openat, openat2 and creat goes through.
+    pub const OPEN_FUNCTION: &str = "do_sys_openat2";
     pub const FOLLOW_FORK: &str = "follow_fork";
     pub const FOLLOW_EXIT: &str = "follow_exit";
     /// On cgroup:cgroup_mkdir: remembers each new cgroup2 directory's path.
     pub const NOTE_CGROUP_MKDIR: &str = "note_cgroup_mkdir";
 
     pub const DEVICE_HOOKS: [&str; 3] = [CHECK_PERMISSION_EXIT, OBSERVER, OBSERVER_ERRNO];
-    pub const OPEN_CALLS: [&str; 6] = [
+    pub const OPEN_CALLS: [&str; 8] = [
         ENTER_OPENAT,
         EXIT_OPENAT,
         ENTER_OPENAT2,
         EXIT_OPENAT2,
         ENTER_OPEN,
         EXIT_OPEN,
+        OPEN_FUNCTION_ENTRY,
+        OPEN_FUNCTION_EXIT,
     ];
     pub const OTHERS: [&str; 3] = [FOLLOW_FORK, FOLLOW_EXIT, NOTE_CGROUP_MKDIR];
 
@@ -55,6 +63,11 @@ pub mod map {
     pub const LAST_DEVICE_CHECK: &str = "LAST_DEVICE_CHECK";
     /// Paths of the cgroup2 directories made since start, by cgroup id.
     pub const CGROUP_PATHS: &str = "CGROUP_PATHS";
+    /// One flag, non-zero once an open route (tracepoints or fentry/fexit)
+    /// is attached: the device hook then looks for the call in flight.
+    /// A map rather than a load-time global: the route is chosen after the
+    /// device hook is loaded.
+    pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
 }
 
 /// Where the cgroup:cgroup_mkdir record keeps its fields (the same on every
@@ -87,9 +100,6 @@ pub mod global {
     /// Where the saved user registers (`struct pt_regs`) lie from the bottom
     /// of a task's kernel stack.
     pub const PT_REGS_OFFSET: &str = "PT_REGS_OFFSET";
-    /// Non-zero: the open tracepoints are attached, so the device hook looks
-    /// for the call in flight; zero with --device-hook-only.
-    pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
 }
 
 /// Capacity of the per-thread table of open calls in flight.

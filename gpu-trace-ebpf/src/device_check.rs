@@ -30,8 +30,8 @@ pub struct DeviceCheck {
 
 #[inline(always)]
 pub fn record(check: &DeviceCheck) {
-    // With --device-hook-only no call is ever in flight: skip the lookup
-    // (a constant for the verifier), which every device open would pay.
+    // Without an open route no call is ever in flight: skip the hash
+    // lookup, which every device open would pay.
     if open_calls_traced() && handed_to_open_call(check) {
         return;
     }
@@ -79,8 +79,8 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
 
 #[inline(always)]
 fn report_now(check: &DeviceCheck) {
-    // Outside a traced open (mknod, io_uring, or every access with
-    // --device-hook-only): report it now.
+    // Outside a traced open (mknod, io_uring, or every access when no open
+    // route is attached): report it now.
     if check.verdict == 0 && !report_allowed() {
         return;
     }

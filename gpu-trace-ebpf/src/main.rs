@@ -1,10 +1,11 @@
 //! gpu-trace's kernel side.
 //!
 //! Data flows one way: an open call's entry stashes its path pointer per
-//! thread (`open_calls`), the device hook fills in what it saw and its
-//! verdict (`device_check`, from `fexit` or an `observer`), and the call's
-//! exit joins both with the errno into one event on the ring buffer.
-//! With --device-hook-only the tracepoints stay out and the device hook
+//! thread (`open_calls`, entered from the syscall tracepoints or from
+//! fentry/fexit on the kernel's open function, `open_function`), the device
+//! hook fills in what it saw and its verdict (`device_check`, from `fexit`
+//! or an `observer`), and the call's exit joins both with the errno into
+//! one event on the ring buffer. Without an open route the device hook
 //! reports at once, the path read from the syscall's saved registers
 //! (`syscall_regs`). Userspace loads one device hook: the first of fexit, the observer, the
 //! errno observer that the kernel accepts.
@@ -18,6 +19,7 @@ mod fexit;
 mod maps;
 mod observer;
 mod open_calls;
+mod open_function;
 mod process_tree;
 mod syscall_regs;
 mod tracepoint_record;

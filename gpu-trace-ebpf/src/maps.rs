@@ -27,6 +27,10 @@ pub static WATCHED_MAJORS: Array<u8> = Array::with_max_entries(MAJOR_LIMIT, 0);
 pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
     LruHashMap::with_max_entries(IN_FLIGHT_CAPACITY, 0);
 
+/// Set by userspace once an open route is attached.
+#[map]
+pub static OPEN_CALLS_TRACED: Array<u8> = Array::with_max_entries(1, 0);
+
 /// Events dropped because the ring buffer was full (one slot per CPU).
 #[map]
 pub static LOST_EVENTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -65,8 +69,6 @@ static VERDICT_FROM_ERRNO: Global<u8> = Global::new(0);
 pub static TASK_STACK_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static OPEN_CALLS_TRACED: Global<u8> = Global::new(1);
 
 /// The flags are u8 (0 or 1) on the wire.
 #[inline(always)]
@@ -90,8 +92,11 @@ pub fn verdict_from_errno() -> bool {
     flag(&VERDICT_FROM_ERRNO)
 }
 
+/// Is an open route attached (see gpu_trace_common::map::OPEN_CALLS_TRACED)?
+/// An array lookup, which the verifier inlines to a plain load.
+#[inline(always)]
 pub fn open_calls_traced() -> bool {
-    flag(&OPEN_CALLS_TRACED)
+    OPEN_CALLS_TRACED.get(0).is_some_and(|flag| *flag != 0)
 }
 
 /// Is this a device to report: a watched char major, or any with --all-devices?

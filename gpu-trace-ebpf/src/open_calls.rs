@@ -1,7 +1,9 @@
-//! The open-family syscall tracepoints: the path asked for and the errno.
+//! The open calls' path and result, by either route: the open-family
+//! syscall tracepoints, or fentry/fexit on the kernel's open function
+//! (`open_function`).
 //!
 //! Entry stashes the path pointer by thread; exit emits an event only when
-//! the observer marked the call as a watched device access.
+//! the device hook marked the call as a watched device access.
 
 use aya_ebpf::{
     helpers::{
@@ -23,6 +25,7 @@ use crate::{
         current_is_followed, is_watched, report_allowed, verdict_from_errno, IN_FLIGHT,
         LAST_DEVICE_CHECK,
     },
+    syscall_regs::syscall_path_argument,
     tracepoint_record::record_field,
 };
 
@@ -40,40 +43,49 @@ const EACCES: i32 = -13;
 
 #[tracepoint]
 pub fn enter_openat(ctx: TracePointContext) -> u32 {
-    stash_call(&ctx, SECOND_ARG, SYSCALL_OPENAT)
+    stash_call(record_field(&ctx, SECOND_ARG), SYSCALL_OPENAT)
 }
 
 #[tracepoint]
 pub fn enter_openat2(ctx: TracePointContext) -> u32 {
-    stash_call(&ctx, SECOND_ARG, SYSCALL_OPENAT2)
+    stash_call(record_field(&ctx, SECOND_ARG), SYSCALL_OPENAT2)
 }
 
 #[tracepoint]
 pub fn enter_open(ctx: TracePointContext) -> u32 {
-    stash_call(&ctx, FIRST_ARG, SYSCALL_OPEN)
+    stash_call(record_field(&ctx, FIRST_ARG), SYSCALL_OPEN)
 }
 
 #[tracepoint]
 pub fn exit_openat(ctx: TracePointContext) -> u32 {
-    finish_call(&ctx)
+    finish_call(record_field::<i64>(&ctx, RET) as i32, SyscallKnown::Yes)
 }
 
 #[tracepoint]
 pub fn exit_openat2(ctx: TracePointContext) -> u32 {
-    finish_call(&ctx)
+    finish_call(record_field::<i64>(&ctx, RET) as i32, SyscallKnown::Yes)
 }
 
 #[tracepoint]
 pub fn exit_open(ctx: TracePointContext) -> u32 {
-    finish_call(&ctx)
+    finish_call(record_field::<i64>(&ctx, RET) as i32, SyscallKnown::Yes)
 }
 
+/// Whether the entry knew which syscall it was in: the tracepoints do; the
+/// open function serves several, found from the saved registers only when
+/// an event is sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SyscallKnown {
+    Yes,
+    FromRegisters,
+}
+
+/// The start of an open call: `path_ptr` is the user's path argument.
 #[inline(always)]
-fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
+pub fn stash_call(path_ptr: u64, syscall: u16) -> u32 {
     if !current_is_followed() {
         return 0;
     }
-    let path_ptr: u64 = record_field(ctx, path_arg);
     let tid = bpf_get_current_pid_tgid() as u32;
     // Only the errno observer's sightings need the entry time (see
     // claim_device_check); the check is a constant for the verifier.
@@ -100,7 +112,9 @@ fn stash_call(ctx: &TracePointContext, path_arg: usize, syscall: u16) -> u32 {
     0
 }
 
-fn finish_call(ctx: &TracePointContext) -> u32 {
+/// The end of an open call, with its return value (a negative errno on failure).
+#[inline(always)]
+pub fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) else {
@@ -117,7 +131,6 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
     if verdict_from_errno() {
         claim_device_check(&mut call);
     }
-    let ret = record_field::<i64>(ctx, RET) as i32;
     let seen = call.seen & SEEN_DEVICE != 0;
     if call.seen & SEEN_WATCHED != 0 {
         // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g.
@@ -125,14 +138,20 @@ fn finish_call(ctx: &TracePointContext) -> u32 {
         // (file mode refusals come before the device check, and never get here).
         let denied = call.hook_verdict != 0 || ret == EPERM || ret == EACCES;
         if denied || report_allowed() {
-            emit(&call, pid_tgid, ret, FLAG_DEVICE_SEEN | FLAG_HAS_SYSCALL);
+            emit(
+                &call,
+                syscall,
+                pid_tgid,
+                ret,
+                FLAG_DEVICE_SEEN | FLAG_HAS_SYSCALL,
+            );
         }
     } else if is_gpu_failure(ret) && is_accelerator_dev_path(call.path_ptr) {
         // A GPU node that failed to open for a reason worth naming, though its
         // major is not watched or it never reached the device hook: missing
         // (ENOENT), file mode (EACCES), stale major (EPERM, ENXIO).
         let observed = if seen { FLAG_DEVICE_SEEN } else { 0 };
-        emit(&call, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
+        emit(&call, syscall, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
     }
     0
 }
@@ -166,6 +185,16 @@ fn claim_device_check(call: &mut OpenInFlight) {
     slot.boot_ns = 0;
 }
 
+/// The syscall the thread is in, from its saved registers; `fallback` when
+/// they cannot be read.
+#[inline(always)]
+fn syscall_of_call(fallback: u16) -> u16 {
+    match syscall_path_argument() {
+        Some((syscall, _)) => syscall,
+        None => fallback,
+    }
+}
+
 fn is_gpu_failure(ret: i32) -> bool {
     ret == EPERM || ret == ENOENT || ret == ENXIO || ret == EACCES
 }
@@ -196,7 +225,12 @@ fn starts_with<const N: usize>(head: &[u8; 11], prefix: &[u8; N]) -> bool {
     true
 }
 
-fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
+fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags: u16) {
+    // Read from the registers only for a call that is reported.
+    let syscall = match known {
+        SyscallKnown::Yes => call.syscall,
+        SyscallKnown::FromRegisters => syscall_of_call(call.syscall),
+    };
     // The observer takes these only for watched devices.
     let (boot_ns, cgroup_id, uid) = if call.seen & SEEN_WATCHED != 0 {
         (call.boot_ns, call.cgroup_id, call.uid)
@@ -222,7 +256,7 @@ fn emit(call: &OpenInFlight, pid_tgid: u64, ret: i32, flags: u16) {
         dev_type: call.dev_type,
         hook_verdict: call.hook_verdict,
         syscall_ret: ret,
-        syscall: call.syscall,
+        syscall,
         flags,
         _pad: 0,
     };

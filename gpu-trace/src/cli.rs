@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     host::proc_devices::CharMajors,
-    kernel::{device_hook::HookChoice, tracer::TracerConfig},
+    kernel::{device_hook::HookChoice, open_route::OpensChoice, tracer::TracerConfig},
     render::output::Format,
     text::style::ColorWhen,
 };
@@ -273,13 +273,30 @@ pub struct TracerArgs {
     /// cgroup v1 included), else the cgroup_device observer.
     #[arg(long, value_enum, default_value_t = HookChoice::Auto)]
     pub hook: HookChoice,
-    /// Attach the device hook alone, not the open-syscall tracepoints: other
-    /// syscalls on the host then cost nothing extra, and denials still come
-    /// with their path (x86_64, with kernel BTF). Unseen: the open's result,
-    /// so missing nodes (ENOENT) and absent drivers (ENXIO); with the
-    /// observer, cgroup v1 denials too. Needs fexit or kernel 6.1+.
-    #[arg(long)]
+    /// How open calls' path and result are traced. auto (watch's default):
+    /// fentry/fexit where the kernel has BPF trampolines (only opens pay);
+    /// elsewhere the syscall tracepoints only when this host needs them
+    /// (cgroup v1 restrictions, or verdicts from the errno), else none.
+    /// full (run's and selftest's default): every open's result, by
+    /// fentry/fexit or else the syscall tracepoints, which make every
+    /// syscall on the host slower. none: the device hook alone; unseen are
+    /// missing nodes (ENOENT), absent drivers (ENXIO), EACCES refusals and,
+    /// with the observer, cgroup v1 denials.
+    #[arg(long, value_enum, value_name = "ROUTE")]
+    pub opens: Option<OpensChoice>,
+    /// The same as `--opens none`.
+    #[arg(long, conflicts_with = "opens")]
     pub device_hook_only: bool,
+}
+
+impl TracerArgs {
+    /// The route asked for, or the command's default.
+    pub fn opens_or(&self, default: OpensChoice) -> OpensChoice {
+        if self.device_hook_only {
+            return OpensChoice::None;
+        }
+        self.opens.unwrap_or(default)
+    }
 }
 
 /// The kernel-side filter: the accelerators' majors known now plus the user's.
@@ -288,6 +305,7 @@ pub fn tracer_config(
     majors: &CharMajors,
     report_allowed: bool,
     tracer: TracerArgs,
+    default_opens: OpensChoice,
 ) -> TracerConfig {
     let mut watched = majors.accelerator_majors();
     watched.extend(&devices.majors);
@@ -299,7 +317,7 @@ pub fn tracer_config(
         report_allowed,
         follow_process_tree: false,
         hook: tracer.hook,
-        device_hook_only: tracer.device_hook_only,
+        opens: tracer.opens_or(default_opens),
     }
 }
 

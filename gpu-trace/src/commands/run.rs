@@ -34,6 +34,7 @@ use crate::{
     },
     kernel::{
         detach_after_exit::detach_after_exit,
+        open_route::OpensChoice,
         tracer::{Tracer, DRAIN_BATCH},
     },
     model::exit_status,
@@ -56,7 +57,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
 
     // Allowed accesses come too: the diagnosis learns from them (for
     // example, that 195 was allowed where uvm was denied).
-    let mut config = tracer_config(&args.devices, &majors, true, args.tracer);
+    let mut config = tracer_config(&args.devices, &majors, true, args.tracer, OpensChoice::Full);
     config.follow_process_tree = true;
     let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
     for line in hook_lines(&tracer, Hooks::Missing) {

@@ -21,7 +21,10 @@ use crate::{
     cgroup::resolver::CgroupResolver,
     cli::TracerArgs,
     host::{preflight::check_tracing_host, proc_devices::CharMajors},
-    kernel::tracer::{Tracer, TracerConfig},
+    kernel::{
+        open_route::{OpenRoute, OpensChoice},
+        tracer::{Tracer, TracerConfig},
+    },
     model::{
         access::{OpenCall, Verdict},
         denied_by::DeniedBy,
@@ -76,12 +79,13 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
     if lost > 0 {
         failures.push(format!("{lost} events lost"));
     }
+    let results_traced = tracer.open_route() != OpenRoute::None;
     drop(tracer);
     drop(incident.policy);
     Ok(print_verdict(
         &failures,
         &records,
-        args.device_hook_only,
+        results_traced,
         uvm_standin,
     ))
 }
@@ -192,7 +196,8 @@ fn start_tracer(
         all_devices: false,
         report_allowed: true,
         hook: args.hook,
-        device_hook_only: args.device_hook_only,
+        // A one-shot check of the whole picture, as `run` sees it.
+        opens: args.opens_or(OpensChoice::Full),
         ..TracerConfig::default()
     };
     let tracer = Tracer::start(cgroup2_mount, &config)?;
@@ -263,7 +268,7 @@ fn misattribution(records: &[Record], expected: Option<u32>) -> Option<String> {
 fn print_verdict(
     failures: &[String],
     records: &[Record],
-    device_hook_only: bool,
+    results_traced: bool,
     uvm_standin: u32,
 ) -> bool {
     println!();
@@ -274,7 +279,7 @@ fn print_verdict(
         return false;
     }
     let frontend = NVIDIA_FRONTEND_MAJOR;
-    let result = if device_hook_only { "" } else { " and EPERM" };
+    let result = if results_traced { " and EPERM" } else { "" };
     println!(
         "PASS: the denied open of c {uvm_standin}:0 was caught live with its cgroup, pid, path{result}, \
 attributed to the device policy program that denied it; the allowed c {frontend}:0 was seen as allowed."
@@ -403,7 +408,7 @@ impl Expect {
                 String::from_utf8_lossy(&open.path)
             ));
         }
-        // Unknown with --device-hook-only, which leaves the open's exit out.
+        // Unknown without an open route (--opens none).
         if open.ret.is_some() {
             let errno = open.errno().unwrap_or(0);
             if errno != self.child_errno {

@@ -13,7 +13,10 @@ use crate::{
     cgroup::resolver::CgroupResolver,
     cli::{tracer_config, WatchArgs},
     host::{preflight::check_tracing_host, proc_devices::CharMajors},
-    kernel::tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
+    kernel::{
+        open_route::OpensChoice,
+        tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
+    },
     render::{
         announce::announce,
         output::{write_record, Format},
@@ -22,6 +25,7 @@ use crate::{
         filter::Filter,
         fold::Folder,
         metrics::Metrics,
+        open_route_upgrade::OpenRouteUpgrade,
         ring_events::{event_loop_runtime, RingEvents},
         sink::Sink,
     },
@@ -46,7 +50,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     devices
         .majors
         .extend(args.device.as_ref().and_then(|d| d.major()));
-    let config = tracer_config(&devices, &majors, args.all, args.tracer);
+    let config = tracer_config(&devices, &majors, args.all, args.tracer, OpensChoice::Auto);
     let mut sink = match &args.output {
         Some(path) => Sink::file(path.clone())?,
         None => Sink::stdout(),
@@ -156,6 +160,7 @@ async fn stream(
     // "ready" only once the signals are ours: a script that stops us right
     // after it must get the clean detach and the summary.
     announce(tracer, config);
+    let mut upgrade = OpenRouteUpgrade::register(tracer)?;
     let mut ticks = interval(TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
 
@@ -173,6 +178,10 @@ async fn stream(
                 if let Err(e) = flow.sink.reopen() {
                     eprintln!("gpu-trace: reopening the output after SIGHUP: {e:#}; still writing to the old file");
                 }
+            }
+            due = upgrade.due() => {
+                due?;
+                upgrade.apply(tracer)?;
             }
             _ = ticks.tick() => {
                 flow.write_folded(false)?;

@@ -16,3 +16,4 @@ pub mod security_modules;
 pub mod sysfs_devices;
 pub mod systemd_units;
 pub mod tracefs;
+pub mod v1_device_limits;

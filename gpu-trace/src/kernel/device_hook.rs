@@ -15,11 +15,13 @@ use std::{fs::File, path::Path};
 use anyhow::Context;
 use aya::{
     programs::{CgroupAttachMode, CgroupDevice, FExit, ProgramError},
-    Btf, Ebpf,
+    Ebpf,
 };
 use gpu_trace_common::program;
 
-use crate::{host::preflight::Unsupported, model::access::VerdictSource};
+use crate::{
+    host::preflight::Unsupported, kernel::lazy_btf::LazyBtf, model::access::VerdictSource,
+};
 
 /// The user's choice (`--hook`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -79,13 +81,14 @@ impl DeviceHook {
     pub fn load(
         ebpf: &mut Ebpf,
         choice: HookChoice,
+        btf: &mut LazyBtf,
         refused: &mut Vec<(String, String)>,
     ) -> anyhow::Result<Loaded> {
         if choice == HookChoice::ErrnoObserver {
             return Ok(Loaded::NeedsErrnoObserver);
         }
         if choice != HookChoice::Observer {
-            match load_fexit(ebpf) {
+            match load_fexit(ebpf, btf) {
                 Ok(()) => return Ok(Loaded::Hook(DeviceHook::Fexit)),
                 Err(e) if choice == HookChoice::Fexit => {
                     return Err(Unsupported::HookRefused {
@@ -170,7 +173,7 @@ impl DeviceHook {
 /// A load error in one line: the verifier's log runs to many lines, and
 /// only its last message (the reason) means something to a user. aya's
 /// `ProgramError::LoadError` carries the log apart from the syscall's error.
-fn one_line(error: &anyhow::Error) -> String {
+pub(crate) fn one_line(error: &anyhow::Error) -> String {
     let mut context = Vec::new();
     for cause in error.chain() {
         if let Some(ProgramError::LoadError {
@@ -199,10 +202,10 @@ fn verifier_reason(log: &str) -> Option<&str> {
         .rfind(|l| !l.is_empty() && !statistics.iter().any(|s| l.starts_with(s)))
 }
 
-fn load_fexit(ebpf: &mut Ebpf) -> anyhow::Result<()> {
-    let btf = Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
+fn load_fexit(ebpf: &mut Ebpf, btf: &mut LazyBtf) -> anyhow::Result<()> {
+    let btf = btf.get()?;
     fexit(ebpf)?
-        .load(program::FEXIT_TARGET, &btf)
+        .load(program::FEXIT_TARGET, btf)
         .context("load")?;
     Ok(())
 }

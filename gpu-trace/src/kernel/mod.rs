@@ -2,10 +2,13 @@
 //! the device hooks, the ring of events, the cgroups the kernel saw made,
 //! and the device programs in force on a cgroup.
 
+pub mod attach;
 pub mod bpf_sys;
 pub mod cgroups_made;
 pub mod detach_after_exit;
 pub mod device_hook;
+pub mod lazy_btf;
+pub mod open_route;
 pub mod own_programs;
 pub mod program_holders;
 pub mod programs_in_force;

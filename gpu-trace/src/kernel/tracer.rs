@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::Context;
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{trace_point::TracePointLink, TracePoint},
+    programs::trace_point::TracePointLink,
     Ebpf, EbpfLoader,
 };
 use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent};
@@ -16,8 +16,11 @@ use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAcc
 use crate::{
     host::preflight::Unsupported,
     kernel::{
+        attach::{attach_tracepoint, Hook},
         cgroups_made::CgroupsMade,
-        device_hook::{program_mut, DeviceHook, HookChoice, Loaded},
+        device_hook::{DeviceHook, HookChoice, Loaded},
+        lazy_btf::LazyBtf,
+        open_route::{self, OpenRoute, OpensChoice},
     },
     model::access::{DeviceAccess, VerdictSource},
 };
@@ -46,47 +49,8 @@ pub struct TracerConfig {
     pub follow_process_tree: bool,
     /// Which device hook to use.
     pub hook: HookChoice,
-    /// Leave the open-syscall tracepoints out: the device hook reports each
-    /// access itself. Every other syscall on the host then pays nothing (an
-    /// enabled syscall tracepoint sends every task down the slow syscall
-    /// path), but what only the open's result shows goes unseen.
-    pub device_hook_only: bool,
-}
-
-/// One open-family syscall: its tracepoints and the programs for them.
-struct OpenSyscall {
-    name: &'static str,
-    enter: &'static str,
-    exit: &'static str,
-}
-
-const OPEN_SYSCALLS: [OpenSyscall; 3] = [
-    OpenSyscall {
-        name: "openat",
-        enter: program::ENTER_OPENAT,
-        exit: program::EXIT_OPENAT,
-    },
-    OpenSyscall {
-        name: "openat2",
-        enter: program::ENTER_OPENAT2,
-        exit: program::EXIT_OPENAT2,
-    },
-    OpenSyscall {
-        name: "open",
-        enter: program::ENTER_OPEN,
-        exit: program::EXIT_OPEN,
-    },
-];
-
-/// A hook and whether it is in place.
-#[derive(Debug, Clone)]
-pub struct Hook {
-    pub name: String,
-    /// None when attached; otherwise why not, and what stands in for it.
-    pub refused: Option<String>,
-    /// Refused, but another device hook does the same job (with the same
-    /// events): worth a line in watch's announcement, not in every `run`.
-    pub stood_in_for: bool,
+    /// How the open calls' path and result are traced, if at all.
+    pub opens: OpensChoice,
 }
 
 pub struct Tracer {
@@ -100,6 +64,10 @@ pub struct Tracer {
     lost_events: PerCpuArray<MapData, u64>,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
+    open_route: OpenRoute,
+    /// What the open route costs and misses, for the ready line.
+    open_route_summary: String,
+    open_route_upgrade_watch: Option<std::path::PathBuf>,
     notes: Vec<String>,
     /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
     tracepoint_links: Vec<TracePointLink>,
@@ -142,7 +110,8 @@ impl Tracer {
             pt_regs_offset,
             verdict_from_errno: false,
         };
-        let (mut ebpf, device_hook, refused) = load_device_hook(config, settings)?;
+        let mut btf = LazyBtf::default();
+        let (mut ebpf, device_hook, refused) = load_device_hook(config, settings, &mut btf)?;
         let mut hooks = refused;
 
         // Filled before anything attaches, so no early access is missed.
@@ -173,9 +142,10 @@ impl Tracer {
         } else {
             None
         };
-        let (links, open_hooks) = attach_open_calls(&mut ebpf, config.device_hook_only);
-        tracepoint_links.extend(links);
-        hooks.extend(open_hooks);
+        let opens =
+            open_route::attach(&mut ebpf, config.opens, device_hook, config.hook, &mut btf)?;
+        tracepoint_links.extend(opens.links);
+        hooks.extend(opens.hooks);
         device_hook.attach(&mut ebpf, cgroup2_mount)?;
         hooks.push(Hook {
             name: device_hook.describe(cgroup2_mount),
@@ -199,6 +169,9 @@ impl Tracer {
             lost_events,
             hooks,
             verdict_source: device_hook.verdict_source(),
+            open_route: opens.route,
+            open_route_summary: opens.summary,
+            open_route_upgrade_watch: opens.upgrade_watch,
             notes,
             tracepoint_links,
         })
@@ -220,6 +193,40 @@ impl Tracer {
     /// Where the verdicts of this tracer's events come from.
     pub fn verdict_source(&self) -> VerdictSource {
         self.verdict_source
+    }
+
+    /// How open calls are traced: their results are unseen without a route.
+    pub fn open_route(&self) -> OpenRoute {
+        self.open_route
+    }
+
+    /// What the open route costs and what it misses, in one line.
+    pub fn open_route_summary(&self) -> &str {
+        &self.open_route_summary
+    }
+
+    /// Where a change would call for the syscall tracepoints after all: the
+    /// unpopulated cgroup v1 devices hierarchy that `--opens auto` left them
+    /// out for.
+    pub fn open_route_upgrade_watch(&self) -> Option<&Path> {
+        self.open_route_upgrade_watch.as_deref()
+    }
+
+    /// Attaches the syscall tracepoints now (`because` says why, for the
+    /// summary); a no-op where open calls are traced already.
+    pub fn trace_open_calls_now(&mut self, because: &str) -> anyhow::Result<()> {
+        if self.open_route != OpenRoute::None {
+            return Ok(());
+        }
+        let opens = open_route::attach_syscall_tracepoints(&mut self._ebpf, because)?;
+        self.tracepoint_links.extend(opens.links);
+        self.hooks
+            .retain(|hook| !hook.name.starts_with("tracepoints syscalls:"));
+        self.hooks.extend(opens.hooks);
+        self.open_route = opens.route;
+        self.open_route_summary = opens.summary;
+        self.open_route_upgrade_watch = None;
+        Ok(())
     }
 
     /// Things done to the host on the way (e.g. mounting tracefs), to tell the user once.
@@ -360,11 +367,6 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
         .override_global(
-            global::OPEN_CALLS_TRACED,
-            &u8::from(!config.device_hook_only),
-            true,
-        )
-        .override_global(
             global::VERDICT_FROM_ERRNO,
             &u8::from(settings.verdict_from_errno),
             true,
@@ -405,28 +407,6 @@ fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
         .with_context(|| format!("map {name} missing from the eBPF object"))
 }
 
-fn attach_open_syscall(
-    ebpf: &mut Ebpf,
-    syscall: &OpenSyscall,
-) -> anyhow::Result<Vec<TracePointLink>> {
-    // Both halves or neither: an entry without its exit would only fill the
-    // table (on error the links taken so far are dropped, which detaches
-    // them). The exit goes first so that no call is stashed and never finished.
-    let exit = attach_tracepoint(
-        ebpf,
-        syscall.exit,
-        "syscalls",
-        &format!("sys_exit_{}", syscall.name),
-    )?;
-    let enter = attach_tracepoint(
-        ebpf,
-        syscall.enter,
-        "syscalls",
-        &format!("sys_enter_{}", syscall.name),
-    )?;
-    Ok(vec![exit, enter])
-}
-
 /// Attaches the program that remembers each new cgroup2 directory, once
 /// the record layout it reads is confirmed.
 fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
@@ -450,14 +430,15 @@ fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
 fn load_device_hook(
     config: &TracerConfig,
     settings: LoadSettings,
+    btf: &mut LazyBtf,
 ) -> anyhow::Result<(Ebpf, DeviceHook, Vec<Hook>)> {
     let mut ebpf = load_object(config, &settings)?;
     let mut refused = Vec::new();
-    let device_hook = match DeviceHook::load(&mut ebpf, config.hook, &mut refused)? {
+    let device_hook = match DeviceHook::load(&mut ebpf, config.hook, btf, &mut refused)? {
         Loaded::Hook(hook) => hook,
-        Loaded::NeedsErrnoObserver if config.device_hook_only => {
+        Loaded::NeedsErrnoObserver if config.opens == OpensChoice::None => {
             return Err(Unsupported::HookRefused {
-                hook: "device hook alone (--device-hook-only)".into(),
+                hook: "device hook alone (--opens none)".into(),
                 reason: "it needs a hook that reads the verdict itself (fexit, or the observer on 6.1+); \
                          on this kernel the verdict comes from the open's errno, which needs the open tracepoints"
                     .into(),
@@ -506,53 +487,4 @@ fn follow_process_tree(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>, 
         stood_in_for: false,
     };
     Ok((links, hook))
-}
-
-/// The open-family tracepoints, each optional: a refused one leaves its
-/// calls to the device hook alone. None with `--device-hook-only`.
-fn attach_open_calls(ebpf: &mut Ebpf, device_hook_only: bool) -> (Vec<TracePointLink>, Vec<Hook>) {
-    let (mut links, mut hooks) = (Vec::new(), Vec::new());
-    for syscall in &OPEN_SYSCALLS {
-        if device_hook_only {
-            hooks.push(Hook {
-                name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
-                refused: Some("left out (--device-hook-only): paths come from the device hook, results are not traced".into()),
-                stood_in_for: true,
-            });
-            continue;
-        }
-        let refused = match attach_open_syscall(ebpf, syscall) {
-            Ok(attached) => {
-                links.extend(attached);
-                None
-            }
-            Err(e) => Some(format!(
-                "{e:#}; {} calls reach the device hook without their path and errno",
-                syscall.name
-            )),
-        };
-        hooks.push(Hook {
-            name: format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name),
-            refused,
-            stood_in_for: false,
-        });
-    }
-    (links, hooks)
-}
-
-/// Loads `program` and attaches it to `category:event`; the link is ours to own.
-fn attach_tracepoint(
-    ebpf: &mut Ebpf,
-    program: &str,
-    category: &str,
-    event: &str,
-) -> anyhow::Result<TracePointLink> {
-    let tracepoint: &mut TracePoint = program_mut(ebpf, program)?;
-    tracepoint
-        .load()
-        .with_context(|| format!("loading {program}"))?;
-    let id = tracepoint
-        .attach(category, event)
-        .with_context(|| format!("attaching to {category}:{event}"))?;
-    Ok(tracepoint.take_link(id)?)
 }

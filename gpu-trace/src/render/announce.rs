@@ -23,7 +23,10 @@ pub fn announce(tracer: &Tracer, config: &TracerConfig) {
     } else {
         "denied accesses"
     };
-    eprintln!("gpu-trace: ready: watching {which} to {what}");
+    eprintln!(
+        "gpu-trace: ready: watching {which} to {what}; {}",
+        tracer.open_route_summary()
+    );
 }
 
 /// Which hooks to speak of.

@@ -18,7 +18,7 @@ use prometheus_client::{
 };
 
 use crate::{
-    kernel::tracer::Hook, model::record::Record, stream::metrics_server, text::terminal::escape,
+    kernel::attach::Hook, model::record::Record, stream::metrics_server, text::terminal::escape,
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

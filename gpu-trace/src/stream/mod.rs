@@ -6,6 +6,7 @@ pub mod fold;
 pub mod metrics;
 pub mod metrics_format;
 pub mod metrics_server;
+pub mod open_route_upgrade;
 pub mod pacing;
 pub mod ring_events;
 pub mod sink;

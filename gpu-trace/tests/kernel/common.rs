@@ -20,7 +20,7 @@ use gpu_trace::{
     model::node::NVIDIA_FRONTEND_MAJOR,
     scenario::{DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use gpu_trace_common::{program, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -306,22 +306,68 @@ pub fn says(stderr: &[String], prefix: &str, part: &str) -> bool {
         .any(|l| l.starts_with(prefix) && l.contains(part))
 }
 
-/// From watch's stderr: the open tracepoints and a device hook are in place
-/// (fexit where expected), and nothing else was refused.
+/// From watch's stderr: an open route and a device hook are in place
+/// (fexit, and fentry/fexit on the open function, where expected), and
+/// nothing else was refused.
 pub fn assert_hooks_in_place(stderr: &[String]) {
     let active = |what: &str| says(stderr, "gpu-trace: hook active:", what);
-    for tracepoint in ["_openat", "_openat2", "_open"] {
-        assert!(active(tracepoint), "{tracepoint} not active: {stderr:#?}");
-    }
+    let tracepoints = ["_openat", "_openat2", "_open"]
+        .iter()
+        .all(|tracepoint| active(tracepoint));
+    let open_function = active(&format!("fentry/fexit {}", program::OPEN_FUNCTION));
+    assert!(
+        open_function || (!fexit_expected() && tracepoints),
+        "no open route active: {stderr:#?}"
+    );
     let device_hook = active("fexit") || (!fexit_expected() && active("observer"));
     assert!(device_hook, "no device hook active: {stderr:#?}");
-    // Only fexit may be refused, and only where it is not expected.
+    // Only the trampoline hooks may be refused, and only where not expected.
     let unexpected: Vec<&String> = stderr
         .iter()
         .filter(|l| l.contains("hook refused"))
-        .filter(|l| fexit_expected() || !l.contains("refused: fexit"))
+        .filter(|l| {
+            fexit_expected()
+                || !(l.contains("refused: fexit") || l.contains("refused: fentry/fexit"))
+        })
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:#?}");
+}
+
+/// Whether `run ARGS -- true` starts: exit 0 where the kernel takes the
+/// forced hook, 6 (hook refused, naming `refused`) where it does not. Where
+/// trampolines are expected (GPU_TRACE_EXPECT_FEXIT=1), a refusal fails here.
+pub fn forced_hook_loads(args: &[&str], refused: &str) -> bool {
+    let out = Command::new(gpu_trace())
+        .arg("run")
+        .args(args)
+        .args(["--", "true"])
+        .output()
+        .expect("run gpu-trace run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => true,
+        Some(6) => {
+            assert!(
+                stderr.contains(&format!("refused the {refused}")),
+                "exit 6 names the refused hook: {stderr}"
+            );
+            assert!(
+                !fexit_expected(),
+                "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused {refused}: {stderr}"
+            );
+            eprintln!("this kernel refuses {refused}: {stderr}");
+            false
+        }
+        other => panic!("gpu-trace run {args:?}: exit {other:?}: {stderr}"),
+    }
+}
+
+/// Whether fentry/fexit on the open function load here (`--opens fexit`).
+pub fn fexit_opens_load() -> bool {
+    forced_hook_loads(
+        &["--opens", "fexit"],
+        &format!("fentry/fexit {}", program::OPEN_FUNCTION),
+    )
 }
 
 /// net.core.bpf_jit_harden set for one test and put back after: with 2,

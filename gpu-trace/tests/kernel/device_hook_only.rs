@@ -45,7 +45,7 @@ fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
         says(
             &stderr,
             "gpu-trace: hook refused:",
-            "left out (--device-hook-only)"
+            "left out (--opens none)"
         ),
         "the tracepoints are announced as left out: {stderr:#?}"
     );

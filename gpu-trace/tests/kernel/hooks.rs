@@ -1,39 +1,20 @@
 //! The device hooks: which one start-up picks, the fallbacks, and every
 //! hook the kernel loads reporting the same events for the same accesses.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use aya::util::KernelVersion;
-use gpu_trace::{model::access::VerdictSource, scenario::run_probe};
+use gpu_trace::{
+    host::v1_device_limits::V1DeviceLimits, model::access::VerdictSource, scenario::run_probe,
+};
+use gpu_trace_common::program;
 use serde_json::Value;
 
 use crate::common::*;
 
-/// Whether this kernel loads and attaches the fexit hook: `run --hook fexit`
-/// exits 0 where it does and 6 (hook refused) where it does not. Where fexit
-/// is expected (GPU_TRACE_EXPECT_FEXIT=1), a refusal fails the test here.
+/// Whether this kernel loads and attaches the fexit hook.
 fn fexit_loads() -> bool {
-    let out = Command::new(gpu_trace())
-        .args(["run", "--hook", "fexit", "--", "true"])
-        .output()
-        .expect("run gpu-trace run --hook fexit");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => true,
-        Some(6) => {
-            assert!(
-                stderr.contains("refused the fexit devcgroup_check_permission"),
-                "exit 6 names the refused hook: {stderr}"
-            );
-            assert!(
-                !fexit_expected(),
-                "GPU_TRACE_EXPECT_FEXIT=1, yet this kernel refused fexit: {stderr}"
-            );
-            eprintln!("this kernel refuses fexit: {stderr}");
-            false
-        }
-        other => panic!("gpu-trace run --hook fexit: exit {other:?}: {stderr}"),
-    }
+    forced_hook_loads(&["--hook", "fexit"], "fexit devcgroup_check_permission")
 }
 
 fn verdict_source_line(source: VerdictSource) -> String {
@@ -51,7 +32,7 @@ fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
         return;
     };
     let fexit = fexit_loads();
-    let stderr = announcement(&["--format", "json"]);
+    let stderr = announcement(&["--format", "json", "--opens", "full"]);
     assert_hooks_in_place(&stderr);
     let (active, source) = if fexit {
         ("fexit devcgroup_check_permission", VerdictSource::Fexit)
@@ -73,6 +54,75 @@ fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
     if fexit || KernelVersion::current().expect("kernel version") >= KernelVersion::new(6, 1, 0) {
         assert!(stderr.contains(&verdict_source_line(source)), "{stderr:#?}");
     }
+}
+
+/// Names of gpu-trace's syscall tracepoint programs loaded right now.
+fn loaded_syscall_tracepoint_programs() -> Vec<String> {
+    let ours: Vec<&str> = program::OPEN_CALLS[..6]
+        .iter()
+        .map(|name| program::as_loaded(name))
+        .collect();
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|info| info.name_as_str().map(str::to_string))
+        .filter(|name| ours.contains(&name.as_str()))
+        .collect()
+}
+
+#[test]
+fn auto_traces_open_calls_by_the_cheapest_route_that_sees_what_this_host_can_deny() {
+    let Some(_host) = kernel_test("auto_traces_open_calls_by_the_cheapest_route") else {
+        return;
+    };
+    let fexit_opens = fexit_opens_load();
+    let fexit = fexit_loads();
+    let watcher = Watcher::start(&["--format", "json"]);
+    let ready = watcher
+        .stderr_seen
+        .iter()
+        .find(|l| l.starts_with("gpu-trace: ready:"))
+        .expect("ready line")
+        .clone();
+    let tracepoint_programs = loaded_syscall_tracepoint_programs();
+    drop(watcher);
+    let v1 = V1DeviceLimits::read();
+    let (expected, tracepoints) = if fexit_opens {
+        (
+            format!(
+                "; open results traced by fentry/fexit {}: only open calls pay",
+                program::OPEN_FUNCTION
+            ),
+            false,
+        )
+    } else if fexit {
+        (
+            "; open results not traced (fexit on the device check sees cgroup v1 denials too)"
+                .to_string(),
+            false,
+        )
+    } else if v1.may_deny() {
+        (
+            format!(
+                "; open results traced by the syscall tracepoints, needed because no BPF trampolines for fentry/fexit, and {}",
+                v1.describe()
+            ),
+            true,
+        )
+    } else {
+        (
+            format!(
+                "; open results not traced (no BPF trampolines for fentry/fexit, and {})",
+                v1.describe()
+            ),
+            false,
+        )
+    };
+    assert!(ready.contains(&expected), "{expected:?} in {ready:?}");
+    assert_eq!(
+        !tracepoint_programs.is_empty(),
+        tracepoints,
+        "syscall tracepoint programs loaded: {tracepoint_programs:?}; {ready}"
+    );
 }
 
 #[test]
@@ -135,6 +185,12 @@ fn every_device_hook_reports_the_same_events() {
     } else {
         &["observer", "errno-observer"]
     };
+    // Every device hook with every open route that sees the open's result.
+    let routes: &[&str] = if fexit_opens_load() {
+        &["fexit", "tracepoints"]
+    } else {
+        &["tracepoints"]
+    };
     let incident = Incident::new(&host, "same");
     // Allowed first, so that every run diagnoses the denial alike (the
     // frontend was seen allowed).
@@ -144,10 +200,15 @@ fn every_device_hook_reports_the_same_events() {
         incident.open_rw("nvidiactl"),
     ];
     let mut runs = Vec::new();
-    for &hook in hooks {
+    for (&hook, &route) in hooks
+        .iter()
+        .flat_map(|hook| routes.iter().map(move |route| (hook, route)))
+    {
         let watcher = Watcher::start(&[
             "--hook",
             hook,
+            "--opens",
+            route,
             "--format",
             "json",
             "--all",
@@ -179,7 +240,7 @@ fn every_device_hook_reports_the_same_events() {
             );
         }
         runs.push((
-            hook,
+            format!("--hook {hook} --opens {route}"),
             events.into_iter().map(hook_independent).collect::<Vec<_>>(),
         ));
     }

@@ -10,7 +10,10 @@ use std::{
 };
 
 use gpu_trace::{
-    host::{mountinfo::v1_controller_mount_in, proc_devices::CharMajors},
+    host::{
+        mountinfo::v1_controller_mount_in, proc_devices::CharMajors,
+        v1_device_limits::V1DeviceLimits,
+    },
     model::node::NVIDIA_FRONTEND_MAJOR,
     scenario::{
         run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy, PROBE_COMM,
@@ -34,6 +37,8 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
     let watcher = Watcher::start(&[
         "--format",
         "json",
+        "--opens",
+        "full",
         "--major",
         &incident.uvm_major.to_string(),
     ]);
@@ -112,8 +117,16 @@ fn allowed_access_is_reported_only_with_all() {
     let ops = [incident.open_rw("nvidia0"), incident.open_rw("nvidia-uvm")];
 
     for (args, expect_allowed) in [
-        (vec!["--format", "json", "--major", &major], false),
-        (vec!["--format", "json", "--all", "--major", &major], true),
+        (
+            vec!["--format", "json", "--opens", "full", "--major", &major],
+            false,
+        ),
+        (
+            vec![
+                "--format", "json", "--opens", "full", "--all", "--major", &major,
+            ],
+            true,
+        ),
     ] {
         let watcher = Watcher::start(&args);
         let child =
@@ -186,7 +199,14 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
     let v2 = scratch_cgroup(&host, "v1deny");
     let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
 
-    let watcher = Watcher::start(&["--format", "json", "--major", &major.to_string()]);
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--opens",
+        "full",
+        "--major",
+        &major.to_string(),
+    ]);
     let op = ProbeOp::Open {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::Read,
@@ -211,6 +231,75 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
     assert_eq!(event["errno"], "EPERM");
     assert_eq!(event["access"], "r");
     assert_eq!(event["cgroup"], v2.relative_path().to_str().expect("utf-8"));
+}
+
+#[test]
+fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() {
+    let Some(host) = kernel_test("auto_attaches_the_open_tracepoints_once_a_cgroup_v1") else {
+        return;
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    // Properties of the host's layout, not missing kernel features.
+    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
+        eprintln!(
+            "skipping auto_attaches_the_open_tracepoints: no cgroup v1 devices controller mounted"
+        );
+        return;
+    };
+    if fexit_opens_load() {
+        eprintln!(
+            "skipping auto_attaches_the_open_tracepoints: fentry/fexit trace every open here"
+        );
+        return;
+    }
+    let at_start = V1DeviceLimits::read();
+    if at_start.may_deny() {
+        eprintln!(
+            "skipping auto_attaches_the_open_tracepoints: {} (the tracepoints are there from the start)",
+            at_start.describe()
+        );
+        return;
+    }
+    let major = uvm_standin();
+    let mut watcher = Watcher::start(&["--format", "json", "--major", &major.to_string()]);
+    assert!(
+        says(
+            &watcher.stderr_seen,
+            "gpu-trace: ready:",
+            "; open results not traced"
+        ),
+        "{:#?}",
+        watcher.stderr_seen
+    );
+    let v1 = ScratchCgroup::create(
+        &v1_devices,
+        &format!("gpu-trace-test-v1-made-{}", std::process::id()),
+    )
+    .expect("create v1 devices cgroup");
+    watcher.wait_for_stderr(
+        "gpu-trace: open results traced by the syscall tracepoints, needed because a cgroup in the cgroup v1 devices hierarchy was made or joined",
+    );
+    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
+        .expect("write devices.deny");
+    let v2 = scratch_cgroup(&host, "v1made");
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let op = ProbeOp::Open {
+        path: nodes.path("nvidia-uvm"),
+        mode: OpenMode::Read,
+    };
+    let child = run_probe(Path::new(gpu_trace()), &[&v2, &v1], &[op]).expect("run probe");
+    assert_eq!(
+        child.results,
+        [libc::EPERM],
+        "devices.deny refuses the node"
+    );
+    let events = watcher.wait_for_events(child.pid, 1);
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["verdict"], "denied");
+    assert_eq!(events[0]["verdict_source"], "not-bpf", "{}", events[0]);
+    assert_eq!(events[0]["errno"], "EPERM");
 }
 
 #[test]
@@ -313,35 +402,42 @@ fn nothing_stays_attached_after_kill_9() {
     let Some(_host) = kernel_test("nothing_stays_attached_after_kill_9") else {
         return;
     };
-    let before = gpu_trace_program_ids();
-    let watcher = Watcher::start(&[]);
-    let ours: HashSet<u32> = gpu_trace_program_ids()
-        .difference(&before)
-        .copied()
-        .collect();
-    // The device hook and both halves of openat, openat2 and open.
-    assert!(
-        ours.len() >= 7,
-        "the watcher's programs are loaded: {ours:?}"
-    );
-
-    kill(Pid::from_raw(watcher.child.id() as i32), Signal::SIGKILL).expect("SIGKILL watcher");
-    drop(watcher); // reaps it
-
-    // Links die with the process's fds; the kernel frees the programs shortly after.
-    let deadline = Instant::now() + WAIT;
-    let mut left: HashSet<u32> = ours.clone();
-    while !left.is_empty() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(50));
-        left = gpu_trace_program_ids()
-            .intersection(&ours)
+    // The device hook with both halves of openat, openat2 and open; and,
+    // where the kernel has trampolines, with fentry/fexit on the open function.
+    let mut routes = vec![("tracepoints", 7)];
+    if fexit_opens_load() {
+        routes.push(("fexit", 3));
+    }
+    for (route, programs) in routes {
+        let before = gpu_trace_program_ids();
+        let watcher = Watcher::start(&["--opens", route]);
+        let ours: HashSet<u32> = gpu_trace_program_ids()
+            .difference(&before)
             .copied()
             .collect();
+        assert!(
+            ours.len() >= programs,
+            "--opens {route}: the watcher's programs are loaded: {ours:?}"
+        );
+
+        kill(Pid::from_raw(watcher.child.id() as i32), Signal::SIGKILL).expect("SIGKILL watcher");
+        drop(watcher); // reaps it
+
+        // Links die with the process's fds; the kernel frees the programs shortly after.
+        let deadline = Instant::now() + WAIT;
+        let mut left: HashSet<u32> = ours.clone();
+        while !left.is_empty() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+            left = gpu_trace_program_ids()
+                .intersection(&ours)
+                .copied()
+                .collect();
+        }
+        assert!(
+            left.is_empty(),
+            "--opens {route}: programs still loaded (so possibly attached) after SIGKILL: {left:?}"
+        );
     }
-    assert!(
-        left.is_empty(),
-        "programs still loaded (so possibly attached) after SIGKILL: {left:?}"
-    );
 }
 
 #[test]

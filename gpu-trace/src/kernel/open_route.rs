@@ -1,0 +1,363 @@
+//! How the open calls' path and result reach the tracer, chosen at start-up
+//! (`--opens`): the device hook alone sees every device check, but only the
+//! open's result shows a missing node (ENOENT), a node without a driver
+//! (ENXIO), a refusal by file mode or a security module (EACCES) and, where
+//! the device hook is the observer, a cgroup v1 denial.
+//!
+//! Routes, cheapest first:
+//! 1. fentry/fexit on the kernel's open function: only opens pay;
+//! 2. the open-family syscall tracepoints: while any syscall tracepoint is
+//!    enabled, every syscall of every task takes the kernel's slow path;
+//! 3. none: the device hook reports each access itself.
+
+use aya::{
+    maps::Array,
+    programs::{trace_point::TracePointLink, FEntry, FExit},
+    Ebpf,
+};
+use gpu_trace_common::{map, program};
+
+use crate::{
+    host::{preflight::Unsupported, v1_device_limits::V1DeviceLimits},
+    kernel::{
+        attach::{attach_tracepoint, Hook},
+        device_hook::{one_line, program_mut, DeviceHook, HookChoice},
+        lazy_btf::LazyBtf,
+    },
+};
+
+/// The user's choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpensChoice {
+    /// The cheapest route that sees what this host can deny: fentry/fexit
+    /// where the kernel has trampolines; otherwise the syscall tracepoints
+    /// only when the device hook needs them (cgroup v1 restrictions, or
+    /// verdicts from the errno), else none. `watch`'s default.
+    #[default]
+    Auto,
+    /// Every open's result, whatever it costs: fentry/fexit, else the
+    /// syscall tracepoints. `run`'s and `selftest`'s default.
+    Full,
+    /// fentry/fexit on the open function, or stop (exit status 6).
+    Fexit,
+    /// The syscall tracepoints.
+    Tracepoints,
+    /// The device hook alone (also `--device-hook-only`).
+    None,
+}
+
+impl OpensChoice {
+    /// As written on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpensChoice::Auto => "auto",
+            OpensChoice::Full => "full",
+            OpensChoice::Fexit => "fexit",
+            OpensChoice::Tracepoints => "tracepoints",
+            OpensChoice::None => "none",
+        }
+    }
+}
+
+/// The route in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenRoute {
+    Function,
+    Tracepoints,
+    None,
+}
+
+/// What was attached, and one line that says what it costs and misses.
+pub struct OpenRouteAttached {
+    pub route: OpenRoute,
+    pub links: Vec<TracePointLink>,
+    pub hooks: Vec<Hook>,
+    pub summary: String,
+    /// A cgroup v1 devices hierarchy nobody is in yet: once that changes,
+    /// the syscall tracepoints are needed after all.
+    pub upgrade_watch: Option<std::path::PathBuf>,
+}
+
+/// One open-family syscall: its tracepoints and the programs for them.
+struct OpenSyscall {
+    name: &'static str,
+    enter: &'static str,
+    exit: &'static str,
+}
+
+const OPEN_SYSCALLS: [OpenSyscall; 3] = [
+    OpenSyscall {
+        name: "openat",
+        enter: program::ENTER_OPENAT,
+        exit: program::EXIT_OPENAT,
+    },
+    OpenSyscall {
+        name: "openat2",
+        enter: program::ENTER_OPENAT2,
+        exit: program::EXIT_OPENAT2,
+    },
+    OpenSyscall {
+        name: "open",
+        enter: program::ENTER_OPEN,
+        exit: program::EXIT_OPEN,
+    },
+];
+
+const UNSEEN: &str = "missing nodes (ENOENT), nodes without a driver (ENXIO), \
+refusals by file mode or a security module (EACCES)";
+const TRACEPOINT_PRICE: &str = "while they are on, every syscall of every task on the host \
+takes the kernel's slow path (about +30 % per syscall, docs/benchmarks.md)";
+
+/// Chooses and attaches the route; the device hook is loaded, not attached.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    choice: OpensChoice,
+    device_hook: DeviceHook,
+    hook_choice: HookChoice,
+    btf: &mut LazyBtf,
+) -> anyhow::Result<OpenRouteAttached> {
+    let mut hooks = Vec::new();
+    let function = || format!("fentry/fexit {}", program::OPEN_FUNCTION);
+    let wants_function = matches!(
+        choice,
+        OpensChoice::Auto | OpensChoice::Full | OpensChoice::Fexit
+    );
+    // Where auto's fexit on the device check was refused, this kernel has no
+    // trampolines either: not worth a second refusal.
+    let trampolines_refused = hook_choice == HookChoice::Auto && device_hook != DeviceHook::Fexit;
+    if wants_function && (choice == OpensChoice::Fexit || !trampolines_refused) {
+        match attach_open_function(ebpf, btf) {
+            Ok(()) => {
+                mark_open_calls_traced(ebpf)?;
+                hooks.push(active(format!(
+                    "{} (open calls' path and result)",
+                    function()
+                )));
+                let summary = format!("open results traced by {}: only open calls pay", function());
+                return Ok(attached(OpenRoute::Function, Vec::new(), hooks, summary));
+            }
+            Err(e) if choice == OpensChoice::Fexit => {
+                return Err(Unsupported::HookRefused {
+                    hook: format!("{} (--opens fexit)", function()),
+                    reason: format!("{e:#}"),
+                }
+                .into())
+            }
+            Err(e) => hooks.push(Hook {
+                name: function(),
+                refused: Some(format!(
+                    "{e:#}; the syscall tracepoints or the device hook alone stand in"
+                )),
+                stood_in_for: true,
+            }),
+        }
+    }
+    let needs = match choice {
+        // (The errno observer, which needs the open's result, stopped
+        // gpu-trace earlier.)
+        OpensChoice::None => Need::LeftOut("--opens none".into(), None),
+        OpensChoice::Full | OpensChoice::Fexit | OpensChoice::Tracepoints => Need::Asked,
+        OpensChoice::Auto => auto_need(device_hook),
+    };
+    match needs {
+        Need::LeftOut(why, upgrade_watch) => {
+            hooks.extend(OPEN_SYSCALLS.iter().map(|syscall| Hook {
+                name: tracepoint_name(syscall),
+                refused: Some(format!(
+                    "left out (--opens {}): paths come from the device hook, results are not traced",
+                    choice.name()
+                )),
+                stood_in_for: true,
+            }));
+            let v1 = if device_hook == DeviceHook::Fexit || choice == OpensChoice::Auto {
+                // (Auto attaches the tracepoints once the v1 hierarchy changes.)
+                ""
+            } else {
+                ", and cgroup v1 denials"
+            };
+            let upgrade = if upgrade_watch.is_some() {
+                "; the syscall tracepoints are attached once a cgroup v1 devices cgroup is made or joined"
+            } else {
+                ""
+            };
+            let summary = format!(
+                "open results not traced ({why}), so no syscall on the host pays; \
+                 unseen: {UNSEEN}{v1}{upgrade}; `--opens full` traces them, and {TRACEPOINT_PRICE}"
+            );
+            Ok(OpenRouteAttached {
+                upgrade_watch,
+                ..attached(OpenRoute::None, Vec::new(), hooks, summary)
+            })
+        }
+        Need::Asked | Need::Because(_) => {
+            let because = match needs {
+                Need::Because(why) => why,
+                _ => String::new(),
+            };
+            let mut opens = attach_syscall_tracepoints(ebpf, &because)?;
+            hooks.append(&mut opens.hooks);
+            Ok(OpenRouteAttached { hooks, ..opens })
+        }
+    }
+}
+
+/// The syscall tracepoints, each optional; `because` (may be empty) says
+/// why they were needed.
+pub fn attach_syscall_tracepoints(
+    ebpf: &mut Ebpf,
+    because: &str,
+) -> anyhow::Result<OpenRouteAttached> {
+    let (links, hooks) = attach_open_syscalls(ebpf);
+    if !links.is_empty() {
+        mark_open_calls_traced(ebpf)?;
+    }
+    let because = if because.is_empty() {
+        String::new()
+    } else {
+        format!(", needed because {because}")
+    };
+    let summary =
+        format!("open results traced by the syscall tracepoints{because}; {TRACEPOINT_PRICE}");
+    Ok(attached(OpenRoute::Tracepoints, links, hooks, summary))
+}
+
+/// Why auto does or does not need the syscall tracepoints, once fentry/fexit is out.
+enum Need {
+    /// The user asked for open results.
+    Asked,
+    Because(String),
+    /// Why not, and the unpopulated v1 hierarchy to keep an eye on.
+    LeftOut(String, Option<std::path::PathBuf>),
+}
+
+fn auto_need(device_hook: DeviceHook) -> Need {
+    match device_hook {
+        DeviceHook::ErrnoObserver => Need::Because(
+            "this kernel's device hook takes its verdict from the open's errno".into(),
+        ),
+        DeviceHook::Fexit => Need::LeftOut(
+            "fexit on the device check sees cgroup v1 denials too".into(),
+            None,
+        ),
+        DeviceHook::Observer => {
+            let v1 = V1DeviceLimits::read();
+            let why = format!("no BPF trampolines for fentry/fexit, and {}", v1.describe());
+            match &v1 {
+                _ if v1.may_deny() => Need::Because(format!(
+                    "{why}: their denials show only in the open's result"
+                )),
+                V1DeviceLimits::Unpopulated { mount, .. } => {
+                    Need::LeftOut(why, Some(mount.clone()))
+                }
+                _ => Need::LeftOut(why, None),
+            }
+        }
+    }
+}
+
+fn attached(
+    route: OpenRoute,
+    links: Vec<TracePointLink>,
+    hooks: Vec<Hook>,
+    summary: String,
+) -> OpenRouteAttached {
+    OpenRouteAttached {
+        route,
+        links,
+        hooks,
+        summary,
+        upgrade_watch: None,
+    }
+}
+
+fn active(name: String) -> Hook {
+    Hook {
+        name,
+        refused: None,
+        stood_in_for: false,
+    }
+}
+
+fn tracepoint_name(syscall: &OpenSyscall) -> String {
+    format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name)
+}
+
+/// Tells the device hook to look for the call in flight: set once a route
+/// is attached, before the device hook is.
+fn mark_open_calls_traced(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    let mut flag: Array<_, u8> = Array::try_from(
+        ebpf.map_mut(map::OPEN_CALLS_TRACED)
+            .ok_or_else(|| anyhow::anyhow!("map {} missing", map::OPEN_CALLS_TRACED))?,
+    )?;
+    flag.set(0, 1, 0)?;
+    Ok(())
+}
+
+/// Loads and attaches fentry and fexit on the open function; the links
+/// belong to `ebpf`. The exit goes first so that no call is stashed and
+/// never finished.
+fn attach_open_function(ebpf: &mut Ebpf, btf: &mut LazyBtf) -> anyhow::Result<()> {
+    let btf = btf.get()?;
+    let exit: &mut FExit = program_mut(ebpf, program::OPEN_FUNCTION_EXIT)?;
+    exit.load(program::OPEN_FUNCTION, btf)
+        .map_err(|e| anyhow::anyhow!("load fexit: {}", one_line(&e.into())))?;
+    let exit_link = exit.attach()?;
+    let entry: &mut FEntry = program_mut(ebpf, program::OPEN_FUNCTION_ENTRY)?;
+    let entered = entry
+        .load(program::OPEN_FUNCTION, btf)
+        .map_err(|e| anyhow::anyhow!("load fentry: {}", one_line(&e.into())))
+        .and_then(|()| Ok(entry.attach()?));
+    if let Err(e) = entered {
+        // Both or neither: the exit alone would run on every open for nothing.
+        let exit: &mut FExit = program_mut(ebpf, program::OPEN_FUNCTION_EXIT)?;
+        exit.detach(exit_link)?;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The open-family tracepoints, each optional: a refused one leaves its
+/// calls to the device hook alone.
+fn attach_open_syscalls(ebpf: &mut Ebpf) -> (Vec<TracePointLink>, Vec<Hook>) {
+    let (mut links, mut hooks) = (Vec::new(), Vec::new());
+    for syscall in &OPEN_SYSCALLS {
+        let refused = match attach_open_syscall(ebpf, syscall) {
+            Ok(attached) => {
+                links.extend(attached);
+                None
+            }
+            Err(e) => Some(format!(
+                "{e:#}; {} calls reach the device hook without their path and errno",
+                syscall.name
+            )),
+        };
+        hooks.push(Hook {
+            name: tracepoint_name(syscall),
+            refused,
+            stood_in_for: false,
+        });
+    }
+    (links, hooks)
+}
+
+fn attach_open_syscall(
+    ebpf: &mut Ebpf,
+    syscall: &OpenSyscall,
+) -> anyhow::Result<Vec<TracePointLink>> {
+    // Both halves or neither: an entry without its exit would only fill the
+    // table (on error the links taken so far are dropped, which detaches
+    // them). The exit goes first so that no call is stashed and never finished.
+    let exit = attach_tracepoint(
+        ebpf,
+        syscall.exit,
+        "syscalls",
+        &format!("sys_exit_{}", syscall.name),
+    )?;
+    let enter = attach_tracepoint(
+        ebpf,
+        syscall.enter,
+        "syscalls",
+        &format!("sys_enter_{}", syscall.name),
+    )?;
+    Ok(vec![exit, enter])
+}

@@ -33,10 +33,14 @@ const GPU_TRACE: &str = env!("CARGO_BIN_EXE_gpu-trace");
 
 /// The workload: a C loop of open()+close(), timed inside the loop so that
 /// process start-up is not part of the figure. Optionally paced to a rate.
+/// With the path `--getppid` it makes getppid() calls instead: what every
+/// other syscall on the host pays while a tracer is attached.
 const OPEN_LOOP_C: &str = r#"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
@@ -46,6 +50,11 @@ int main(int argc, char **argv) {
     double rate = argc > 3 ? atof(argv[3]) : 0; /* opens per second, 0: flat out */
     double start = now();
     long ok = 0;
+    if (strcmp(path, "--getppid") == 0) {
+        for (long i = 0; i < n; i++) ok += syscall(SYS_getppid) > 0;
+        printf("%.2f %ld\n", (now() - start) * 1e9 / n, ok);
+        return 0;
+    }
     for (long i = 0; i < n; i++) {
         int fd = open(path, O_RDONLY);
         if (fd >= 0) { close(fd); ok++; }
@@ -309,7 +318,8 @@ fn median_and_spread(mut values: Vec<f64>) -> (f64, f64, f64) {
 
 fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     let out_file = scene.regular_file.with_file_name("watch.jsonl");
-    let targets: [(&str, &Path, Option<&Path>); 3] = [
+    let targets: [(&str, &Path, Option<&Path>); 4] = [
+        ("getppid (the syscall tax)", Path::new("--getppid"), None),
         ("regular file", &scene.regular_file, None),
         ("/dev/null", Path::new("/dev/null"), None),
         (
@@ -341,7 +351,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         };
         let configs: Vec<Config> = vec![
             (
-                "gpu-trace watch > /dev/null",
+                "gpu-trace watch > /dev/null (--opens auto)",
                 Box::new(under_watch(&[], false)),
             ),
             (
@@ -349,8 +359,12 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
                 Box::new(under_watch(&["--format", "json"], true)),
             ),
             (
-                "gpu-trace watch --device-hook-only > /dev/null",
-                Box::new(under_watch(&["--device-hook-only"], false)),
+                "gpu-trace watch --opens full > /dev/null",
+                Box::new(under_watch(&["--opens", "full"], false)),
+            ),
+            (
+                "gpu-trace watch --opens none > /dev/null",
+                Box::new(under_watch(&["--opens", "none"], false)),
             ),
             (
                 "bpftrace opensnoop-like",
@@ -387,9 +401,9 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             }
         }
         let in_kernel = in_kernel_cost(scene, &[], &|| once(&[], settings.opens), settings.opens);
-        let in_kernel_hook_only = in_kernel_cost(
+        let in_kernel_full = in_kernel_cost(
             scene,
-            &["--device-hook-only"],
+            &["--opens", "full"],
             &|| once(&[], settings.opens),
             settings.opens,
         );
@@ -408,7 +422,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         }
         rows.push(
             json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel,
-                    "in_kernel_ns_per_open_device_hook_only": in_kernel_hook_only }),
+                    "in_kernel_ns_per_open_full": in_kernel_full }),
         );
     }
     let _ = fs::remove_file(&out_file);
@@ -730,15 +744,15 @@ fn print_tables(results: &Value) {
         results["date"].as_str().unwrap_or(""),
         results["machine"].as_str().unwrap_or("")
     );
-    let _ = writeln!(out, "\nOpen overhead (median ns per open()+close() [min-max]; median ratio to a baseline slice run just before, on the same CPU [min-max]):");
+    let _ = writeln!(out, "\nOverhead (median ns per getppid(), or per open()+close() [min-max]; median ratio to a baseline slice run just before, on the same CPU [min-max]):");
     for row in results["open_overhead"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", row["target"].as_str().unwrap_or(""));
         let in_kernel = |key: &str| row[key]["total"].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             out,
-            "    gpu-trace's programs in the kernel: {:.0} ns per open, {:.0} with --device-hook-only (BPF run-time stats)",
+            "    gpu-trace's programs in the kernel: {:.0} ns per call, {:.0} with --opens full (BPF run-time stats)",
             in_kernel("in_kernel_ns_per_open"),
-            in_kernel("in_kernel_ns_per_open_device_hook_only"),
+            in_kernel("in_kernel_ns_per_open_full"),
         );
         for c in row["configs"].as_array().into_iter().flatten() {
             let number = |key: &str| c[key].as_f64().unwrap_or(0.0);

@@ -569,12 +569,14 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
             .difference(&before)
             .copied()
             .collect();
-        if ours.len() >= 7 || Instant::now() > deadline {
+        // The device hook, the fork and exit tracepoints, and an open route
+        // (fentry/fexit, or the six syscall tracepoints).
+        if ours.len() >= 5 || Instant::now() > deadline {
             break ours;
         }
         thread::sleep(Duration::from_millis(20));
     };
-    assert!(ours.len() >= 7, "run's programs are loaded: {ours:?}");
+    assert!(ours.len() >= 5, "run's programs are loaded: {ours:?}");
     // The pipes reach EOF with run itself: the process that detaches
     // afterwards holds neither.
     let output = run.wait_with_output().expect("wait for run");

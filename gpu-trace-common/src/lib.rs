@@ -68,6 +68,8 @@ pub mod map {
     /// A map rather than a load-time global: the route is chosen after the
     /// device hook is loaded.
     pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
+    /// Problems folded in the kernel: `RepeatKey` to `RepeatCount`, per CPU.
+    pub const REPEATS: &str = "REPEATS";
 }
 
 /// Where the cgroup:cgroup_mkdir record keeps its fields (the same on every
@@ -100,6 +102,9 @@ pub mod global {
     /// Where the saved user registers (`struct pt_regs`) lie from the bottom
     /// of a task's kernel stack.
     pub const PT_REGS_OFFSET: &str = "PT_REGS_OFFSET";
+    /// The fold window in ns: repeats of a problem within it are counted in
+    /// `REPEATS` instead of sent. 0: every problem is sent.
+    pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
 }
 
 /// Capacity of the per-thread table of open calls in flight.
@@ -283,10 +288,56 @@ pub struct CgroupPath {
 pub const SEEN_DEVICE: u16 = 1;
 pub const SEEN_WATCHED: u16 = 2;
 
+/// What makes two problems "the same" for the kernel's fold: cgroup,
+/// device, access and command, as userspace folds them, and the outcome
+/// (so that a repeat decodes to the same verdict and errno).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RepeatKey {
+    pub cgroup_id: u64,
+    pub major: u32,
+    pub minor: u32,
+    pub access: u16,
+    pub dev_type: u16,
+    /// `FLAG_*` of the first event, but FLAG_PATH_TRUNCATED.
+    pub flags: u16,
+    pub _pad: u16,
+    pub hook_verdict: i32,
+    pub syscall_ret: i32,
+    pub comm: [u8; COMM_LEN],
+}
+
+const _: () = assert!(core::mem::size_of::<RepeatKey>() == 48);
+
+/// The repeats of one `RepeatKey`: counted in the kernel instead of sent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RepeatCount {
+    /// Repeats counted since the key was made; userspace takes differences.
+    pub repeats: u64,
+    /// When the key's fold window started: a problem after
+    /// `FOLD_WINDOW_NS` is sent again (and starts a new window).
+    pub window_start_ns: u64,
+    /// The latest repeat's time, process and thread, uid and syscall.
+    pub last_ns: u64,
+    pub last_pid: u32,
+    pub last_tid: u32,
+    pub last_uid: u32,
+    pub last_syscall: u16,
+    pub _pad: u16,
+}
+
+/// Keys the kernel folds at once; past it, problems are sent unfolded.
+pub const REPEATS_CAPACITY: u32 = 16384;
+
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain-old-data, every bit pattern is valid.
     unsafe impl aya::Pod for super::DeviceAccessEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::CgroupPath {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::RepeatKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::RepeatCount {}
 }

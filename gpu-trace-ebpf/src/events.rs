@@ -7,13 +7,23 @@
 use aya_ebpf::helpers::generated::{bpf_get_current_comm, bpf_probe_read_user_str};
 use gpu_trace_common::{DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN};
 
-use crate::maps::{count_lost_event, EVENTS};
+use crate::{
+    fold,
+    maps::{count_lost_event, EVENTS},
+};
 
 /// Sends `head`, the current command name and the NUL-terminated path at
 /// the user address `path` (0: none); counts the event as lost when the
 /// ring buffer is full.
 #[inline(always)]
 pub fn send(mut head: EventHead, path: u64) {
+    let mut comm = [0u8; COMM_LEN];
+    // SAFETY: a buffer of COMM_LEN bytes on our stack; the helper zeroes it
+    // when it fails.
+    unsafe { bpf_get_current_comm(comm.as_mut_ptr().cast(), COMM_LEN as u32) };
+    if fold::counted_as_repeat(&head, &comm) {
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
         count_lost_event();
         return;
@@ -33,9 +43,7 @@ pub fn send(mut head: EventHead, path: u64) {
                 head.flags |= FLAG_PATH_TRUNCATED;
             }
         }
-        let comm = (&raw mut (*event).comm).cast::<u8>();
-        // The helper zeroes the buffer when it fails.
-        bpf_get_current_comm(comm.cast(), COMM_LEN as u32);
+        (&raw mut (*event).comm).write(comm);
         (&raw mut (*event).head).write(head);
     }
     entry.submit(0);

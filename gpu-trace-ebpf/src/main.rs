@@ -16,6 +16,7 @@ mod cgroup_names;
 mod device_check;
 mod events;
 mod fexit;
+mod fold;
 mod maps;
 mod observer;
 mod open_calls;

@@ -3,13 +3,13 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     Global,
 };
 use gpu_trace_common::{
-    CgroupPath, LastDeviceCheck, OpenInFlight, CGROUP_PATHS_CAPACITY, DEV_TYPE_CHAR,
-    EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY,
-    MAJOR_LIMIT,
+    CgroupPath, LastDeviceCheck, OpenInFlight, RepeatCount, RepeatKey, CGROUP_PATHS_CAPACITY,
+    DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY,
+    LAST_DEVICE_CHECK_CAPACITY, MAJOR_LIMIT, REPEATS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -26,6 +26,17 @@ pub static WATCHED_MAJORS: Array<u8> = Array::with_max_entries(MAJOR_LIMIT, 0);
 #[map]
 pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
     LruHashMap::with_max_entries(IN_FLIGHT_CAPACITY, 0);
+
+/// Problems folded in the kernel (see fold.rs), per CPU. Not LRU: an
+/// evicted key would take its uncollected repeats with it; a full table
+/// sends new problems unfolded instead. Not preallocated: an entry
+/// userspace deletes is freed after an RCU grace period, never handed to
+/// another key while a program may still write to it.
+#[map]
+pub static REPEATS: PerCpuHashMap<RepeatKey, RepeatCount> =
+    PerCpuHashMap::with_max_entries(REPEATS_CAPACITY, BPF_F_NO_PREALLOC);
+
+const BPF_F_NO_PREALLOC: u32 = 1;
 
 /// Set by userspace once an open route is attached.
 #[map]
@@ -69,6 +80,8 @@ static VERDICT_FROM_ERRNO: Global<u8> = Global::new(0);
 pub static TASK_STACK_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
 
 /// The flags are u8 (0 or 1) on the wire.
 #[inline(always)]

@@ -318,6 +318,8 @@ pub fn tracer_config(
         follow_process_tree: false,
         hook: tracer.hook,
         opens: tracer.opens_or(default_opens),
+        // watch sets its own; run folds in its report.
+        fold_window: std::time::Duration::ZERO,
     }
 }
 

@@ -17,6 +17,7 @@ use crate::{
         open_route::OpensChoice,
         tracer::{Tracer, TracerConfig, DRAIN_BATCH, RING_CAPACITY_EVENTS},
     },
+    model::access::DeviceAccess,
     render::{
         announce::announce,
         output::{write_record, Format},
@@ -41,6 +42,8 @@ const TICK: Duration = Duration::from_secs(1);
 pub struct Tally {
     pub events: u64,
     pub denied: u64,
+    /// Of `events`, the repeats the kernel counted rather than sent.
+    pub folded_in_kernel: u64,
 }
 
 pub fn run(args: WatchArgs) -> anyhow::Result<()> {
@@ -50,7 +53,11 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     devices
         .majors
         .extend(args.device.as_ref().and_then(|d| d.major()));
-    let config = tracer_config(&devices, &majors, args.all, args.tracer, OpensChoice::Auto);
+    let config = TracerConfig {
+        // Repeats within the fold window are counted in the kernel.
+        fold_window: args.fold,
+        ..tracer_config(&devices, &majors, args.all, args.tracer, OpensChoice::Auto)
+    };
     let mut sink = match &args.output {
         Some(path) => Sink::file(path.clone())?,
         None => Sink::stdout(),
@@ -84,6 +91,12 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     if sink.unwritten() > 0 {
         trouble.push_str(&format!(", not written {}", sink.unwritten()));
     }
+    if tally.folded_in_kernel > 0 {
+        trouble.push_str(&format!(
+            ", folded in the kernel {}",
+            tally.folded_in_kernel
+        ));
+    }
     if sink.failed_reopens() > 0 {
         trouble.push_str(&format!(", failed reopens {}", sink.failed_reopens()));
     }
@@ -110,21 +123,43 @@ impl Flow<'_> {
     /// Drains up to `limit` events through the pipeline, filter and folder
     /// into the sink; returns how many (`limit`: more may wait).
     fn drain(&mut self, tracer: &mut Tracer, limit: usize) -> anyhow::Result<usize> {
-        let handed = tracer.drain(limit, |access| {
-            self.tally.events += 1;
-            self.tally.denied += u64::from(access.verdict.is_denied());
-            let record = self.pipeline.process(access);
-            if let Some(metrics) = self.metrics {
-                metrics.observe(&record);
-            }
-            if self.filter.accepts(&record) {
-                if let Some(record) = self.folder.admit(record) {
-                    let _ = write_record(self.sink.line_buffer(), self.format, self.paint, &record);
-                }
-            }
-        });
+        let handed = tracer.drain(limit, |access| self.pass(access, None));
         self.flush()?;
         Ok(handed)
+    }
+
+    /// Takes the repeats the kernel counted: each is one record with its
+    /// count, merged into the fold its first occurrence opened.
+    fn admit_repeats(&mut self, tracer: &mut Tracer) {
+        for (access, count) in tracer.collect_repeats() {
+            self.pass(access, Some(count));
+        }
+    }
+
+    /// One access sent by the kernel, or the repeats it counted, through
+    /// the pipeline, metrics, filter and folder into the sink.
+    fn pass(&mut self, access: DeviceAccess, kernel_repeats: Option<u64>) {
+        let count = kernel_repeats.unwrap_or(1);
+        self.tally.events += count;
+        self.tally.folded_in_kernel += kernel_repeats.unwrap_or(0);
+        if access.verdict.is_denied() {
+            self.tally.denied += count;
+        }
+        let mut record = self.pipeline.process(access);
+        record.count = count;
+        if let Some(metrics) = self.metrics {
+            metrics.observe(&record);
+        }
+        if !self.filter.accepts(&record) {
+            return;
+        }
+        let admitted = match kernel_repeats {
+            None => self.folder.admit(record),
+            Some(_) => self.folder.admit_repeats(record),
+        };
+        if let Some(record) = admitted {
+            let _ = write_record(self.sink.line_buffer(), self.format, self.paint, &record);
+        }
     }
 
     /// Writes the folded records whose window closed (all of them at the end).
@@ -184,6 +219,7 @@ async fn stream(
                 upgrade.apply(tracer)?;
             }
             _ = ticks.tick() => {
+                flow.admit_repeats(tracer);
                 flow.write_folded(false)?;
                 flow.pipeline.maintain();
                 if let Some(metrics) = flow.metrics {
@@ -202,6 +238,7 @@ async fn stream(
     }
     // Events already in the ring buffer, and folds still open, are part of the run.
     flow.drain(tracer, RING_CAPACITY_EVENTS)?;
+    flow.admit_repeats(tracer);
     flow.write_folded(true)
 }
 

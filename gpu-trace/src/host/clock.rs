@@ -8,17 +8,21 @@ pub struct BootClock {
     boot_epoch: SystemTime,
 }
 
+/// The kernel's boot-time clock now (`bpf_ktime_get_boot_ns()`'s clock).
+pub fn since_boot() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec; CLOCK_BOOTTIME always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 impl BootClock {
     pub fn now() -> Self {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid pointer to a timespec; CLOCK_BOOTTIME always exists on Linux.
-        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-        let since_boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
         Self {
-            boot_epoch: SystemTime::now() - since_boot,
+            boot_epoch: SystemTime::now() - since_boot(),
         }
     }
 

@@ -12,4 +12,5 @@ pub mod open_route;
 pub mod own_programs;
 pub mod program_holders;
 pub mod programs_in_force;
+pub mod repeats;
 pub mod tracer;

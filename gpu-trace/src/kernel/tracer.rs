@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::trace_point::TracePointLink,
     Ebpf, EbpfLoader,
 };
@@ -21,6 +21,7 @@ use crate::{
         device_hook::{DeviceHook, HookChoice, Loaded},
         lazy_btf::LazyBtf,
         open_route::{self, OpenRoute, OpensChoice},
+        repeats::KernelRepeats,
     },
     model::access::{DeviceAccess, VerdictSource},
 };
@@ -51,6 +52,9 @@ pub struct TracerConfig {
     pub hook: HookChoice,
     /// How the open calls' path and result are traced, if at all.
     pub opens: OpensChoice,
+    /// Repeats of a problem within this window are counted in the kernel,
+    /// not sent (zero: every problem is sent).
+    pub fold_window: std::time::Duration,
 }
 
 pub struct Tracer {
@@ -62,6 +66,7 @@ pub struct Tracer {
     /// Paths of the cgroups made since start, for CgroupResolver to take.
     cgroup_paths: Option<HashMap<MapData, u64, CgroupPath>>,
     lost_events: PerCpuArray<MapData, u64>,
+    repeats: Option<KernelRepeats>,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
     open_route: OpenRoute,
@@ -160,6 +165,12 @@ impl Tracer {
         unsafe { libc::malloc_trim(0) };
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
         let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
+        let repeats = if config.fold_window.is_zero() {
+            None
+        } else {
+            let map = PerCpuHashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
+            Some(KernelRepeats::new(map, config.fold_window))
+        };
         Ok(Self {
             _ebpf: ebpf,
             events,
@@ -167,6 +178,7 @@ impl Tracer {
             followed,
             cgroup_paths,
             lost_events,
+            repeats,
             hooks,
             verdict_source: device_hook.verdict_source(),
             open_route: opens.route,
@@ -288,10 +300,23 @@ impl Tracer {
             // SAFETY: the kernel wrote a whole DeviceAccessEvent here; the
             // read copes with any alignment.
             let raw = unsafe { item.as_ptr().cast::<DeviceAccessEvent>().read_unaligned() };
+            if let Some(repeats) = &mut self.repeats {
+                repeats.note_sent(&raw);
+            }
             each(DeviceAccess::decode(&raw, self.verdict_source));
             count += 1;
         }
         count
+    }
+
+    /// The repeats the kernel counted since the last call, per problem (none
+    /// without a fold window).
+    pub fn collect_repeats(&mut self) -> Vec<(DeviceAccess, u64)> {
+        let verdict_source = self.verdict_source;
+        self.repeats
+            .as_mut()
+            .map(|repeats| repeats.collect(verdict_source))
+            .unwrap_or_default()
     }
 
     /// Events the kernel side could not hand over because the ring buffer was full.
@@ -366,6 +391,11 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
+        .override_global(
+            global::FOLD_WINDOW_NS,
+            &(config.fold_window.as_nanos() as u64),
+            true,
+        )
         .override_global(
             global::VERDICT_FROM_ERRNO,
             &u8::from(settings.verdict_from_errno),

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::model::record::{Record, RecordKind};
+use crate::model::{
+    access::OpenCall,
+    record::{Record, RecordKind},
+};
 
 /// What makes two denials "the same": cgroup, device, access and command.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -24,10 +27,25 @@ struct FoldKey {
     comm: Vec<u8>,
 }
 
+impl FoldKey {
+    fn of(record: &Record) -> Self {
+        let a = &record.access;
+        FoldKey {
+            cgroup_id: a.cgroup_id,
+            device: (a.device_seen, a.major, a.minor),
+            access: a.access,
+            comm: a.comm.clone(),
+        }
+    }
+}
+
 struct Pending {
     /// The latest repeat, written with the count when the window closes.
     latest: Option<Record>,
     window_started: Instant,
+    /// The first occurrence's open call: the kernel's repeats come without
+    /// a path.
+    first_open: Option<OpenCall>,
 }
 
 /// Records written at once per window: first occurrences, per cgroup and
@@ -128,13 +146,7 @@ impl Folder {
         if self.window.is_zero() || !record.access.verdict.is_problem() {
             return Some(record);
         }
-        let a = &record.access;
-        let key = FoldKey {
-            cgroup_id: a.cgroup_id,
-            device: (a.device_seen, a.major, a.minor),
-            access: a.access,
-            comm: a.comm.clone(),
-        };
+        let key = FoldKey::of(&record);
         if let Some(pending) = self.pending.get_mut(&key) {
             match &mut pending.latest {
                 Some(folded) => {
@@ -161,9 +173,35 @@ impl Folder {
             Pending {
                 latest: None,
                 window_started: Instant::now(),
+                first_open: record.access.open.clone(),
             },
         );
         Some(record)
+    }
+
+    /// Takes the repeats the kernel counted for one problem (`record.count`
+    /// of them, the latest one's details, no path): added to the fold its
+    /// first occurrence opened, or, where that fold has closed meanwhile,
+    /// admitted like a first occurrence that stands for them all.
+    pub fn admit_repeats(&mut self, mut record: Record) -> Option<Record> {
+        record.first_seen = record.time;
+        record.last_seen = record.time;
+        if let Some(pending) = self.pending.get_mut(&FoldKey::of(&record)) {
+            if let (Some(open), Some(first)) = (&mut record.access.open, &pending.first_open) {
+                open.path.clone_from(&first.path);
+                open.path_truncated = first.path_truncated;
+            }
+            match &mut pending.latest {
+                Some(folded) => {
+                    folded.count += record.count;
+                    folded.last_seen = record.time;
+                }
+                None => pending.latest = Some(record),
+            }
+            return None;
+        }
+        record.kind = RecordKind::Repeats;
+        self.admit(record)
     }
 
     fn summarize(&mut self, record: Record) {

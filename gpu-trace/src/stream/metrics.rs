@@ -137,14 +137,16 @@ impl Metrics {
         }
     }
 
+    /// Counts `record.count` accesses: 1, or the repeats the kernel folded.
     pub fn observe(&self, record: &Record) {
-        self.events.inc();
+        let count = record.count;
+        self.events.inc_by(count);
         if let Some(diagnosis) = &record.diagnosis {
             self.causes
                 .get_or_create(&CauseLabels {
                     cause: diagnosis.cause.id(),
                 })
-                .inc();
+                .inc_by(count);
         }
         let a = &record.access;
         if a.verdict.is_denied() {
@@ -158,12 +160,14 @@ impl Metrics {
                 access: a.access_letters(),
             };
             if let Some(series) = self.denied.get(&labels) {
-                series.inc();
+                series.inc_by(count);
             } else if self.series.load(Ordering::Relaxed) < self.max_series {
                 self.series.fetch_add(1, Ordering::Relaxed);
-                self.denied.get_or_create(&labels).inc();
+                self.denied.get_or_create(&labels).inc_by(count);
             } else {
-                self.denied.get_or_create(&DeniedLabels::other()).inc();
+                self.denied
+                    .get_or_create(&DeniedLabels::other())
+                    .inc_by(count);
             }
         }
     }

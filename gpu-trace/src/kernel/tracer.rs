@@ -158,9 +158,10 @@ impl Tracer {
             stood_in_for: false,
         });
 
-        // Loading read the kernel's BTF (5 MB, twice where fexit was tried)
-        // and parsed the object; malloc keeps what was freed, and a long-running
-        // watch would hold it for good. Hand it back to the kernel.
+        // Loading read the kernel's BTF (5 MB) and parsed the object; malloc
+        // keeps what was freed, and a long-running watch would hold it for
+        // good. Hand it back to the kernel, the BTF first.
+        drop(btf);
         // SAFETY: no arguments beyond the padding to keep; glibc's own lock.
         unsafe { libc::malloc_trim(0) };
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;

@@ -309,6 +309,26 @@ pub struct RepeatKey {
 
 const _: () = assert!(core::mem::size_of::<RepeatKey>() == 48);
 
+impl RepeatKey {
+    /// The key of a problem about to be sent (the kernel side) or just
+    /// received (userspace): both must make the very same one.
+    #[inline(always)]
+    pub fn of(head: &EventHead, comm: &[u8; COMM_LEN]) -> Self {
+        RepeatKey {
+            cgroup_id: head.cgroup_id,
+            major: head.major,
+            minor: head.minor,
+            access: head.access,
+            dev_type: head.dev_type,
+            flags: head.flags & !FLAG_PATH_TRUNCATED,
+            _pad: 0,
+            hook_verdict: head.hook_verdict,
+            syscall_ret: head.syscall_ret,
+            comm: *comm,
+        }
+    }
+}
+
 /// The repeats of one `RepeatKey`: counted in the kernel instead of sent.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

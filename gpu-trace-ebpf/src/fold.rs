@@ -8,7 +8,7 @@
 //! events and the counted repeats is exactly what happened.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_boot_ns};
-use gpu_trace_common::{EventHead, RepeatCount, RepeatKey, FLAG_PATH_TRUNCATED};
+use gpu_trace_common::{EventHead, RepeatCount, RepeatKey};
 
 use crate::maps::{FOLD_WINDOW_NS, REPEATS};
 
@@ -23,18 +23,7 @@ pub fn counted_as_repeat(head: &EventHead, comm: &[u8; 16]) -> bool {
     if window == 0 || !problem {
         return false;
     }
-    let key = RepeatKey {
-        cgroup_id: head.cgroup_id,
-        major: head.major,
-        minor: head.minor,
-        access: head.access,
-        dev_type: head.dev_type,
-        flags: head.flags & !FLAG_PATH_TRUNCATED,
-        _pad: 0,
-        hook_verdict: head.hook_verdict,
-        syscall_ret: head.syscall_ret,
-        comm: *comm,
-    };
+    let key = RepeatKey::of(head, comm);
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     let Some(count) = REPEATS.get_ptr_mut(&key) else {

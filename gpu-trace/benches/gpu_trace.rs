@@ -475,7 +475,7 @@ fn program_times() -> std::collections::BTreeMap<String, (u64, u64)> {
 /// K producers hammer the denied node; watch writes JSON to a file.
 fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     eprintln!("bench: denied-event throughput");
-    let producers = 2;
+    let producers: u64 = 2;
     let mut steps = Vec::new();
     let mut best_zero_loss = 0.0f64;
     let mut peak_rss_kib = 0u64;
@@ -495,18 +495,8 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             (rate / producers as f64 * settings.seconds as f64) as u64
         };
         let started = Instant::now();
-        let workers: Vec<Child> = (0..producers)
-            .map(|_| {
-                let mut c = Command::new(open_loop);
-                c.arg(&scene.denied_node).arg(per_producer.to_string());
-                if rate > 0.0 {
-                    c.arg((rate / producers as f64).to_string());
-                }
-                c.stdout(Stdio::piped());
-                let _procs = place_child_in(&mut c, &[scene.cgroup.path()]).expect("join cgroup");
-                c.spawn().expect("producer")
-            })
-            .collect();
+        let pace = (rate > 0.0).then(|| rate / producers as f64);
+        let workers = producers_of_denials(open_loop, scene, producers, per_producer, pace);
         if rate == 0.0 {
             thread::sleep(Duration::from_secs(settings.seconds));
             for w in &workers {
@@ -558,15 +548,7 @@ fn folded_flood(settings: &Settings, open_loop: &Path, scene: &Scene, producers:
     let per_producer = settings.seconds * 1_000_000;
     let cpu_before = cpu_seconds(child.id());
     let started = Instant::now();
-    let workers: Vec<Child> = (0..producers)
-        .map(|_| {
-            let mut c = Command::new(open_loop);
-            c.arg(&scene.denied_node).arg(per_producer.to_string());
-            c.stdout(Stdio::piped());
-            let _procs = place_child_in(&mut c, &[scene.cgroup.path()]).expect("join cgroup");
-            c.spawn().expect("producer")
-        })
-        .collect();
+    let workers = producers_of_denials(open_loop, scene, producers, per_producer, None);
     for w in workers {
         let _ = w.wait_with_output();
     }
@@ -592,6 +574,29 @@ fn folded_flood(settings: &Settings, open_loop: &Path, scene: &Scene, producers:
         "denials_per_s": produced as f64 / elapsed,
         "watch_cpu_share": watch_cpu / elapsed,
     })
+}
+
+/// `producers` open loops in the scratch cgroup, each making `opens`
+/// denied opens, at `pace` per second each or flat out.
+fn producers_of_denials(
+    open_loop: &Path,
+    scene: &Scene,
+    producers: u64,
+    opens: u64,
+    pace: Option<f64>,
+) -> Vec<Child> {
+    (0..producers)
+        .map(|_| {
+            let mut c = Command::new(open_loop);
+            c.arg(&scene.denied_node).arg(opens.to_string());
+            if let Some(rate) = pace {
+                c.arg(rate.to_string());
+            }
+            c.stdout(Stdio::piped());
+            let _procs = place_child_in(&mut c, &[scene.cgroup.path()]).expect("join cgroup");
+            c.spawn().expect("producer")
+        })
+        .collect()
 }
 
 /// User and system CPU time of a process so far, in seconds.

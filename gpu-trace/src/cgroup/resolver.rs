@@ -13,6 +13,8 @@ use std::{
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::host::cgroup_tree::subdirectories;
+
 /// The path of a cgroup made since start, by id, as the kernel noted it.
 type PathOfCgroupMade = Box<dyn Fn(u64) -> Option<PathBuf>>;
 
@@ -222,15 +224,7 @@ fn walk(mount: &Path) -> Walked {
         };
         let relative = Path::new("/").join(dir.strip_prefix(mount).unwrap_or(&dir));
         found.insert(meta.ino(), relative);
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        pending.extend(
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path()),
-        );
+        pending.extend(subdirectories(&dir));
     }
     Walked {
         by_id: found,

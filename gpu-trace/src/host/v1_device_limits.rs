@@ -16,7 +16,10 @@ use std::{
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use crate::{host::mountinfo::v1_controller_mount_in, text::terminal::escape};
+use crate::{
+    host::{cgroup_tree::subdirectories, mountinfo::v1_controller_mount_in},
+    text::terminal::escape,
+};
 
 /// What the walk found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,15 +114,7 @@ fn each_cgroup(root: &Path, mut visit: impl FnMut(&Path) -> Option<PathBuf>) -> 
         if let Some(found) = visit(&dir) {
             return Walk::Found(found);
         }
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        pending.extend(
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path()),
-        );
+        pending.extend(subdirectories(&dir));
     }
     Walk::Done
 }

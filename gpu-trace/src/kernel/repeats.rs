@@ -50,7 +50,8 @@ impl KernelRepeats {
         }
         let path = event.path.split(|&b| b == 0).next().unwrap_or_default();
         let truncated = head.flags & FLAG_PATH_TRUNCATED != 0;
-        self.paths.insert(key_of(event), (path.into(), truncated));
+        self.paths
+            .insert(RepeatKey::of(head, &event.comm), (path.into(), truncated));
     }
 
     /// Each key's repeats since the last call, as (the latest repeat, how
@@ -89,23 +90,6 @@ impl KernelRepeats {
             }
         }
         out
-    }
-}
-
-/// The kernel's key of a sent event, as fold.rs makes it.
-fn key_of(event: &DeviceAccessEvent) -> RepeatKey {
-    let head = &event.head;
-    RepeatKey {
-        cgroup_id: head.cgroup_id,
-        major: head.major,
-        minor: head.minor,
-        access: head.access,
-        dev_type: head.dev_type,
-        flags: head.flags & !FLAG_PATH_TRUNCATED,
-        _pad: 0,
-        hook_verdict: head.hook_verdict,
-        syscall_ret: head.syscall_ret,
-        comm: event.comm,
     }
 }
 

@@ -48,6 +48,19 @@ struct Pending {
     first_open: Option<OpenCall>,
 }
 
+impl Pending {
+    /// A repeat within the window: counted into the latest.
+    fn add(&mut self, record: Record) {
+        match &mut self.latest {
+            Some(folded) => {
+                folded.count += record.count;
+                folded.last_seen = record.time;
+            }
+            None => self.latest = Some(record),
+        }
+    }
+}
+
 /// Records written at once per window: first occurrences, per cgroup and
 /// in all. 0 means no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,13 +161,7 @@ impl Folder {
         }
         let key = FoldKey::of(&record);
         if let Some(pending) = self.pending.get_mut(&key) {
-            match &mut pending.latest {
-                Some(folded) => {
-                    folded.count += record.count;
-                    folded.last_seen = record.time;
-                }
-                None => pending.latest = Some(record),
-            }
+            pending.add(record);
             return None;
         }
         let cgroup_id = key.cgroup_id;
@@ -191,13 +198,7 @@ impl Folder {
                 open.path.clone_from(&first.path);
                 open.path_truncated = first.path_truncated;
             }
-            match &mut pending.latest {
-                Some(folded) => {
-                    folded.count += record.count;
-                    folded.last_seen = record.time;
-                }
-                None => pending.latest = Some(record),
-            }
+            pending.add(record);
             return None;
         }
         record.kind = RecordKind::Repeats;

@@ -207,21 +207,7 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
         "--major",
         &major.to_string(),
     ]);
-    let op = ProbeOp::Open {
-        path: nodes.path("nvidia-uvm"),
-        mode: OpenMode::Read,
-    };
-    let child = run_probe(Path::new(gpu_trace()), &[&v2, &v1], &[op]).expect("run probe");
-    assert_eq!(
-        child.results,
-        [libc::EPERM],
-        "devices.deny refuses the node"
-    );
-    let events = watcher.wait_for_events(child.pid, 1);
-    let (status, _) = watcher.stop();
-    assert!(status.success());
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &denied_by_devices_deny(watcher, &nodes, &v2, &v1);
     assert_eq!(event["verdict"], "denied");
     assert_eq!(
         event["verdict_source"], "not-bpf",
@@ -283,11 +269,25 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
         .expect("write devices.deny");
     let v2 = scratch_cgroup(&host, "v1made");
     let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let event = denied_by_devices_deny(watcher, &nodes, &v2, &v1);
+    assert_eq!(event["verdict"], "denied");
+    assert_eq!(event["verdict_source"], "not-bpf", "{event}");
+    assert_eq!(event["errno"], "EPERM");
+}
+
+/// Opens the node from a process in `v2` and the v1 cgroup `v1`, whose
+/// devices.deny refuses it; the one event `watcher` reports.
+fn denied_by_devices_deny(
+    watcher: Watcher,
+    nodes: &DeviceNodes,
+    v2: &ScratchCgroup,
+    v1: &ScratchCgroup,
+) -> Value {
     let op = ProbeOp::Open {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::Read,
     };
-    let child = run_probe(Path::new(gpu_trace()), &[&v2, &v1], &[op]).expect("run probe");
+    let child = run_probe(Path::new(gpu_trace()), &[v2, v1], &[op]).expect("run probe");
     assert_eq!(
         child.results,
         [libc::EPERM],
@@ -297,9 +297,7 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
     let (status, _) = watcher.stop();
     assert!(status.success());
     assert_eq!(events.len(), 1, "{events:#?}");
-    assert_eq!(events[0]["verdict"], "denied");
-    assert_eq!(events[0]["verdict_source"], "not-bpf", "{}", events[0]);
-    assert_eq!(events[0]["errno"], "EPERM");
+    events.into_iter().next().expect("one event")
 }
 
 #[test]

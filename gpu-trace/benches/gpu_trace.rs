@@ -761,11 +761,15 @@ fn rss(pid: u32) -> u64 {
 /// exec -> attached and reporting, and `run -- true` end to end.
 fn startup(settings: &Settings, scene: &Scene) -> Value {
     eprintln!("bench: start-up");
+    let mut idle_rss_kib = Vec::new();
     let attach: Vec<f64> = (0..settings.startups)
         .map(|_| {
             let started = Instant::now();
             let tracer = watch(scene, &[], Stdio::null());
             let ms = started.elapsed().as_secs_f64() * 1e3;
+            // Idle: ready, and a tick of its event loop later.
+            thread::sleep(Duration::from_millis(1100));
+            idle_rss_kib.push(rss(tracer.child.id()) as f64);
             tracer.stop();
             ms
         })
@@ -784,8 +788,10 @@ fn startup(settings: &Settings, scene: &Scene) -> Value {
         .collect();
     let (attach_ms, attach_lo, attach_hi) = median_and_spread(attach);
     let (run_ms, run_lo, run_hi) = median_and_spread(run_true);
+    let (idle, idle_lo, idle_hi) = median_and_spread(idle_rss_kib);
     json!({
         "watch_exec_to_ready_ms": { "median": attach_ms, "min": attach_lo, "max": attach_hi },
+        "watch_idle_rss_mib": { "median": idle / 1024.0, "min": idle_lo / 1024.0, "max": idle_hi / 1024.0 },
         "run_true_ms": { "median": run_ms, "min": run_lo, "max": run_hi },
     })
 }
@@ -918,13 +924,14 @@ fn print_startup(out: &mut impl Write, s: &Value) {
         return;
     }
     let _ = writeln!(out, "\nStart-up (median [min-max]):");
-    for (name, key) in [
-        ("watch: exec to ready", "watch_exec_to_ready_ms"),
-        ("run -- true, end to end", "run_true_ms"),
+    for (name, key, unit) in [
+        ("watch: exec to ready", "watch_exec_to_ready_ms", "ms"),
+        ("run -- true, end to end", "run_true_ms", "ms"),
+        ("watch: idle RSS", "watch_idle_rss_mib", "MiB"),
     ] {
         let _ = writeln!(
             out,
-            "    {:<28} {:>6.1} ms  [{:.1}-{:.1}]",
+            "    {:<28} {:>6.1} {unit:<3} [{:.1}-{:.1}]",
             name,
             s[key]["median"].as_f64().unwrap_or(0.0),
             s[key]["min"].as_f64().unwrap_or(0.0),

@@ -68,7 +68,7 @@ pub mod map {
     /// A map rather than a load-time global: the route is chosen after the
     /// device hook is loaded.
     pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
-    /// Problems folded in the kernel: `RepeatKey` to `RepeatCount`, per CPU.
+    /// Problems folded in the kernel: `RepeatKey` to `RepeatCount`.
     pub const REPEATS: &str = "REPEATS";
 }
 
@@ -289,12 +289,16 @@ pub const SEEN_DEVICE: u16 = 1;
 pub const SEEN_WATCHED: u16 = 2;
 
 /// What makes two problems "the same" for the kernel's fold: cgroup,
-/// device, access and command, as userspace folds them, and the outcome
-/// (so that a repeat decodes to the same verdict and errno).
+/// device, access and command, as userspace folds them, the outcome (so
+/// that a repeat decodes to the same verdict and errno), and the fold
+/// window it fell in (boot time / window length): a window's keys get no
+/// more repeats once it is over, so userspace can take their last count
+/// and remove them with no program left to write to them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RepeatKey {
     pub cgroup_id: u64,
+    pub window: u64,
     pub major: u32,
     pub minor: u32,
     pub access: u16,
@@ -307,15 +311,16 @@ pub struct RepeatKey {
     pub comm: [u8; COMM_LEN],
 }
 
-const _: () = assert!(core::mem::size_of::<RepeatKey>() == 48);
+const _: () = assert!(core::mem::size_of::<RepeatKey>() == 56);
 
 impl RepeatKey {
     /// The key of a problem about to be sent (the kernel side) or just
     /// received (userspace): both must make the very same one.
     #[inline(always)]
-    pub fn of(head: &EventHead, comm: &[u8; COMM_LEN]) -> Self {
+    pub fn of(head: &EventHead, comm: &[u8; COMM_LEN], window_ns: u64) -> Self {
         RepeatKey {
             cgroup_id: head.cgroup_id,
+            window: head.boot_ns / window_ns,
             major: head.major,
             minor: head.minor,
             access: head.access,
@@ -327,17 +332,20 @@ impl RepeatKey {
             comm: *comm,
         }
     }
+
+    /// Is this a problem, the only kind of event folded?
+    #[inline(always)]
+    pub fn is_problem(head: &EventHead) -> bool {
+        head.hook_verdict != 0 || head.syscall_ret < 0
+    }
 }
 
 /// The repeats of one `RepeatKey`: counted in the kernel instead of sent.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RepeatCount {
-    /// Repeats counted since the key was made; userspace takes differences.
+    /// Repeats counted (atomically, by every CPU); userspace takes differences.
     pub repeats: u64,
-    /// When the key's fold window started: a problem after
-    /// `FOLD_WINDOW_NS` is sent again (and starts a new window).
-    pub window_start_ns: u64,
     /// The latest repeat's time, process and thread, uid and syscall.
     pub last_ns: u64,
     pub last_pid: u32,

@@ -47,4 +47,5 @@ pub fn send(mut head: EventHead, path: u64) {
         (&raw mut (*event).head).write(head);
     }
     entry.submit(0);
+    fold::sent(&head, &comm);
 }

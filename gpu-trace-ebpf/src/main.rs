@@ -11,6 +11,10 @@
 //! errno observer that the kernel accepts.
 #![no_std]
 #![no_main]
+// The atomic add of fold.rs: the BPF target has no core atomics with
+// read-modify-write (no compare-and-swap), but BPF has had xadd all along.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod cgroup_names;
 mod device_check;

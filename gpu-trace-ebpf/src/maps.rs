@@ -3,7 +3,7 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     Global,
 };
 use gpu_trace_common::{
@@ -27,16 +27,13 @@ pub static WATCHED_MAJORS: Array<u8> = Array::with_max_entries(MAJOR_LIMIT, 0);
 pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
     LruHashMap::with_max_entries(IN_FLIGHT_CAPACITY, 0);
 
-/// Problems folded in the kernel (see fold.rs), per CPU. Not LRU: an
-/// evicted key would take its uncollected repeats with it; a full table
-/// sends new problems unfolded instead. Not preallocated: an entry
-/// userspace deletes is freed after an RCU grace period, never handed to
-/// another key while a program may still write to it.
+/// Problems folded in the kernel (see fold.rs). Preallocated, as maps of
+/// tracing programs must be (run-time allocation there makes 5.10 warn,
+/// and RT kernels refuse it). Not LRU: an evicted key would take its
+/// uncollected repeats with it; a full table sends new problems unfolded.
 #[map]
-pub static REPEATS: PerCpuHashMap<RepeatKey, RepeatCount> =
-    PerCpuHashMap::with_max_entries(REPEATS_CAPACITY, BPF_F_NO_PREALLOC);
-
-const BPF_F_NO_PREALLOC: u32 = 1;
+pub static REPEATS: HashMap<RepeatKey, RepeatCount> =
+    HashMap::with_max_entries(REPEATS_CAPACITY, 0);
 
 /// Set by userspace once an open route is attached.
 #[map]

@@ -24,7 +24,7 @@ use anyhow::{bail, ensure, Context};
 use crate::{
     apt_install, require_root, run_checked,
     vm_test::{
-        bash, build_guest_binaries, install_busybox, kernel_package, kvm_usable,
+        bash, build_guest_binaries, install_busybox, kernel_complaints, kernel_package, kvm_usable,
         pack_initramfs_tree, print_console_tail, skip_notice, step_problems, stream_console,
         wait_or_kill, write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
     },
@@ -766,6 +766,7 @@ fn boot(
 /// missing cgroup v1 controller (the guest is pure cgroup2).
 fn judge(kernel: &LabKernel, console: &str, marker: &str, seconds: f64) -> Outcome {
     let mut problems = step_problems(marker, MARKER, &STEPS);
+    problems.extend(kernel_complaints(console));
     let test_result = console
         .lines()
         .find_map(|l| l.strip_prefix("test result: "))

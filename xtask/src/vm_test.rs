@@ -706,6 +706,7 @@ pub(crate) fn wait_or_kill(qemu: &mut Child, timeout: Duration) -> anyhow::Resul
 /// skipped for a reason other than the missing cgroup v1 controller.
 fn judge(series: Series, console: &str, marker: &str, seconds: f64) -> Outcome {
     let mut problems = step_problems(marker, MARKER, &STEPS);
+    problems.extend(kernel_complaints(console));
     let lines: Vec<&str> = console.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if let Some(skip) = skip_notice(line).filter(|s| !s.contains(ACCEPTED_SKIP)) {
@@ -751,6 +752,22 @@ pub(crate) fn step_problems(marker: &str, prefix: &str, steps: &[&str]) -> Vec<S
                 Some(code) => Some(format!("{step} exited {code}")),
                 None => Some(format!("{step} did not report")),
             }
+        })
+        .collect()
+}
+
+/// The kernel's own complaints on the console: a WARN or a BUG while our
+/// programs were loaded and run (the verifier warns about maps unfit for
+/// tracing programs, for one) fails the kernel, whatever the tests said.
+pub(crate) fn kernel_complaints(console: &str) -> Vec<String> {
+    let lines: Vec<&str> = console.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("------------[ cut here ]------------") || l.contains("BUG: "))
+        .map(|(i, l)| {
+            let what = lines.get(i + 1).copied().unwrap_or_default();
+            format!("the kernel complained: {} {}", l.trim(), what.trim())
         })
         .collect()
 }

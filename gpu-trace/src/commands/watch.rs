@@ -219,6 +219,9 @@ async fn stream(
                 upgrade.apply(tracer)?;
             }
             _ = ticks.tick() => {
+                // The ring first: a repeat's first event (and its path) may
+                // still wait there.
+                flow.drain(tracer, DRAIN_BATCH)?;
                 flow.admit_repeats(tracer);
                 flow.write_folded(false)?;
                 flow.pipeline.maintain();

@@ -5,19 +5,25 @@ use std::{fs, io, path::PathBuf};
 /// Finds the cgroup2 mount point in the text of /proc/self/mountinfo:
 /// /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
 pub fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
-    find_mount(mountinfo, |fstype, _| fstype == "cgroup2")
+    find_mount(mountinfo, |fstype, _| fstype == "cgroup2").map(|(_, mount)| mount)
 }
 
 /// Finds where a cgroup v1 controller ("devices") is mounted, if it is.
 pub fn v1_controller_mount_in(mountinfo: &str, controller: &str) -> Option<PathBuf> {
+    v1_controller_in(mountinfo, controller).map(|(_, mount)| mount)
+}
+
+/// The same, with the cgroup the mount shows as its root: "/" on the host,
+/// the container's own cgroup inside a container's cgroup namespace.
+pub fn v1_controller_in(mountinfo: &str, controller: &str) -> Option<(String, PathBuf)> {
     find_mount(mountinfo, |fstype, super_options| {
         fstype == "cgroup" && super_options.split(',').any(|o| o == controller)
     })
 }
 
-/// The mount point of the first mount whose filesystem type and super
-/// options satisfy `wanted`.
-fn find_mount(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
+/// The root and mount point of the first mount whose filesystem type and
+/// super options satisfy `wanted`.
+fn find_mount(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<(String, PathBuf)> {
     mountinfo.lines().find_map(|line| {
         // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS"
         let (before, after) = line.split_once(" - ")?;
@@ -27,8 +33,13 @@ fn find_mount(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<Pa
         if !wanted(fstype, super_options) {
             return None;
         }
-        let mount_point = before.split_whitespace().nth(4)?;
-        Some(PathBuf::from(unescape_mountinfo(mount_point)))
+        let mut fields = before.split_whitespace();
+        let root = fields.nth(3)?;
+        let mount_point = fields.next()?;
+        Some((
+            unescape_mountinfo(root),
+            PathBuf::from(unescape_mountinfo(mount_point)),
+        ))
     })
 }
 

@@ -17,7 +17,7 @@ use std::{
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use crate::{
-    host::{cgroup_tree::subdirectories, mountinfo::v1_controller_mount_in},
+    host::{cgroup_tree::subdirectories, mountinfo::v1_controller_in},
     text::terminal::escape,
 };
 
@@ -37,24 +37,28 @@ pub enum V1DeviceLimits {
 /// A tenant can make cgroups in a delegated subtree: the walk stops here,
 /// and treats what it could not see as populated.
 const MAX_CGROUPS: usize = 20_000;
+/// Past this many cgroups to watch, the tracepoints go in at once instead.
+const MAX_WATCHES: usize = 4_096;
 
 impl V1DeviceLimits {
     /// Reads the mount table and walks the hierarchy.
     pub fn read() -> Self {
         let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        match v1_controller_mount_in(&mountinfo, "devices") {
+        match v1_controller_in(&mountinfo, "devices") {
             None => Self::NotMounted,
-            Some(mount) => Self::walk(&mount),
+            Some((root, mount)) => Self::walk(&mount, root == "/"),
         }
     }
 
-    /// Stops at the first cgroup below the root with a process in it.
-    pub fn walk(mount: &Path) -> Self {
+    /// Stops at the first cgroup with a process in it, the mount's own
+    /// directory left out only where it is the hierarchy's root (inside a
+    /// cgroup namespace it is a cgroup like any other).
+    pub fn walk(mount: &Path, mount_is_root: bool) -> Self {
         let mut cgroups = 0;
         let found = each_cgroup(mount, |dir| {
             cgroups += 1;
             // A cgroup removed during the walk holds nobody any more.
-            let populated = dir != mount
+            let populated = (dir != mount || !mount_is_root)
                 && fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty());
             populated.then(|| dir.to_path_buf())
         });
@@ -131,7 +135,14 @@ impl V1Changes {
     pub fn watch(mount: &Path) -> anyhow::Result<Self> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         let mut trouble = None;
+        let mut watched = 0;
         let walked = each_cgroup(mount, |dir| {
+            // Every watch comes out of root's shared inotify allowance.
+            watched += 1;
+            if watched > MAX_WATCHES {
+                trouble = Some(anyhow::anyhow!("more than {MAX_WATCHES} cgroups to watch"));
+                return Some(dir.to_path_buf());
+            }
             let added = inotify.add_watch(
                 dir,
                 AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_ONLYDIR,
@@ -141,7 +152,9 @@ impl V1Changes {
                 // Gone meanwhile: nothing to watch there.
                 Err(nix::errno::Errno::ENOENT) => None,
                 Err(e) => {
-                    trouble = Some(anyhow::anyhow!("watching {}: {e}", dir.display()));
+                    // A cgroup's name may be a tenant's choice.
+                    let shown = escape(&dir.to_string_lossy()).into_owned();
+                    trouble = Some(anyhow::anyhow!("watching {shown}: {e}"));
                     Some(dir.to_path_buf())
                 }
             }
@@ -187,7 +200,7 @@ mod tests {
         cgroup(root.path(), "", "1\n2\n");
         cgroup(root.path(), "docker", "");
         cgroup(root.path(), "docker/abc", "4242\n");
-        let found = V1DeviceLimits::walk(root.path());
+        let found = V1DeviceLimits::walk(root.path(), true);
         assert_eq!(
             found,
             V1DeviceLimits::Populated(root.path().join("docker/abc"))
@@ -200,7 +213,13 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         cgroup(root.path(), "", "1\n2\n");
         cgroup(root.path(), "docker", "");
-        let found = V1DeviceLimits::walk(root.path());
+        // Inside a cgroup namespace the mount's own directory is a cgroup
+        // whose rules may deny.
+        assert_eq!(
+            V1DeviceLimits::walk(root.path(), false),
+            V1DeviceLimits::Populated(root.path().to_path_buf())
+        );
+        let found = V1DeviceLimits::walk(root.path(), true);
         assert_eq!(
             found,
             V1DeviceLimits::Unpopulated {

@@ -207,9 +207,12 @@ pub fn attach_syscall_tracepoints(
     ebpf: &mut Ebpf,
     because: &str,
 ) -> anyhow::Result<OpenRouteAttached> {
-    let (links, hooks) = attach_open_syscalls(ebpf);
-    if !links.is_empty() {
-        mark_open_calls_traced(ebpf)?;
+    let (links, hooks) = attach_open_syscalls(ebpf)?;
+    if links.is_empty() {
+        let summary = format!(
+            "open results not traced: the kernel refused every syscall tracepoint; unseen: {UNSEEN}"
+        );
+        return Ok(attached(OpenRoute::None, links, hooks, summary));
     }
     let because = if because.is_empty() {
         String::new()
@@ -318,46 +321,57 @@ fn attach_open_function(ebpf: &mut Ebpf, btf: &mut LazyBtf) -> anyhow::Result<()
 
 /// The open-family tracepoints, each optional: a refused one leaves its
 /// calls to the device hook alone.
-fn attach_open_syscalls(ebpf: &mut Ebpf) -> (Vec<TracePointLink>, Vec<Hook>) {
-    let (mut links, mut hooks) = (Vec::new(), Vec::new());
+fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>, Vec<Hook>)> {
+    // Every exit, then the flag, then every entry: a call is never stashed
+    // without an exit to finish it, and while the device hook does not yet
+    // look for calls in flight, no entry stashes one (or the same denial
+    // would be sent by the device hook and again by the exit). This order
+    // matters when the tracepoints come after the device hook (the upgrade).
+    let mut exits = Vec::new();
+    let mut hooks = Vec::new();
     for syscall in &OPEN_SYSCALLS {
-        let refused = match attach_open_syscall(ebpf, syscall) {
-            Ok(attached) => {
-                links.extend(attached);
-                None
-            }
-            Err(e) => Some(format!(
-                "{e:#}; {} calls reach the device hook without their path and errno",
-                syscall.name
-            )),
-        };
-        hooks.push(Hook {
-            name: tracepoint_name(syscall),
-            refused,
-            stood_in_for: false,
-        });
+        let exit = attach_tracepoint(
+            ebpf,
+            syscall.exit,
+            "syscalls",
+            &format!("sys_exit_{}", syscall.name),
+        );
+        match exit {
+            Ok(link) => exits.push((syscall, link)),
+            Err(e) => hooks.push(refused_tracepoint(syscall, &e)),
+        }
     }
-    (links, hooks)
+    if !exits.is_empty() {
+        mark_open_calls_traced(ebpf)?;
+    }
+    let mut links = Vec::new();
+    for (syscall, exit) in exits {
+        let enter = attach_tracepoint(
+            ebpf,
+            syscall.enter,
+            "syscalls",
+            &format!("sys_enter_{}", syscall.name),
+        );
+        match enter {
+            Ok(enter) => {
+                links.extend([exit, enter]);
+                hooks.push(active(tracepoint_name(syscall)));
+            }
+            // Both halves or neither: the exit alone would run for nothing
+            // (dropping its link detaches it).
+            Err(e) => hooks.push(refused_tracepoint(syscall, &e)),
+        }
+    }
+    Ok((links, hooks))
 }
 
-fn attach_open_syscall(
-    ebpf: &mut Ebpf,
-    syscall: &OpenSyscall,
-) -> anyhow::Result<Vec<TracePointLink>> {
-    // Both halves or neither: an entry without its exit would only fill the
-    // table (on error the links taken so far are dropped, which detaches
-    // them). The exit goes first so that no call is stashed and never finished.
-    let exit = attach_tracepoint(
-        ebpf,
-        syscall.exit,
-        "syscalls",
-        &format!("sys_exit_{}", syscall.name),
-    )?;
-    let enter = attach_tracepoint(
-        ebpf,
-        syscall.enter,
-        "syscalls",
-        &format!("sys_enter_{}", syscall.name),
-    )?;
-    Ok(vec![exit, enter])
+fn refused_tracepoint(syscall: &OpenSyscall, e: &anyhow::Error) -> Hook {
+    Hook {
+        name: tracepoint_name(syscall),
+        refused: Some(format!(
+            "{e:#}; {} calls reach the device hook without their path and errno",
+            syscall.name
+        )),
+        stood_in_for: false,
+    }
 }

@@ -1,11 +1,13 @@
 //! The repeats the kernel counted instead of sending (gpu-trace-ebpf's
 //! fold.rs): read every second, each key's new repeats handed on as one
-//! access with a count. The counts only grow, per CPU; what was handed on
-//! is remembered, so each repeat is counted once.
+//! access with a count. A key's count only grows while its fold window
+//! lasts; what was handed on is remembered, so each repeat is counted once.
+//! A window over for a whole window more gets no more repeats: its keys'
+//! last counts are taken and the keys removed.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, PerCpuHashMap};
+use aya::maps::{HashMap, MapData};
 use gpu_trace_common::{
     DeviceAccessEvent, EventHead, RepeatCount, RepeatKey, FLAG_PATH_TRUNCATED, PATH_LEN,
     REPEATS_CAPACITY,
@@ -18,18 +20,26 @@ use crate::{
 };
 
 pub struct KernelRepeats {
-    map: PerCpuHashMap<MapData, RepeatKey, RepeatCount>,
-    /// Repeats already handed on, by key (summed over the CPUs).
+    map: HashMap<MapData, RepeatKey, RepeatCount>,
+    /// Repeats already handed on, by key.
     handed_on: FxHashMap<RepeatKey, u64>,
-    /// The path of each key's sent event: the kernel keeps none for its
-    /// repeats, and without it a repeat would be diagnosed apart from its
-    /// first (a node is often known by its name only).
-    paths: FxHashMap<RepeatKey, (Box<[u8]>, bool)>,
+    /// The path of each problem's latest sent event, by key without its
+    /// window: the kernel keeps none for the repeats, and without it a
+    /// repeat would be diagnosed apart from its first (a node is often known
+    /// by its name only). Kept while the kernel has the key, or for two
+    /// windows after the event.
+    paths: FxHashMap<RepeatKey, SentPath>,
     window: Duration,
 }
 
+struct SentPath {
+    path: Box<[u8]>,
+    truncated: bool,
+    sent: Instant,
+}
+
 impl KernelRepeats {
-    pub fn new(map: PerCpuHashMap<MapData, RepeatKey, RepeatCount>, window: Duration) -> Self {
+    pub fn new(map: HashMap<MapData, RepeatKey, RepeatCount>, window: Duration) -> Self {
         Self {
             map,
             handed_on: FxHashMap::default(),
@@ -38,59 +48,67 @@ impl KernelRepeats {
         }
     }
 
+    fn window_ns(&self) -> u64 {
+        self.window.as_nanos() as u64
+    }
+
     /// Remembers the path of a problem the kernel sent: its repeats will
     /// come without one. Bounded like the kernel's table.
     pub fn note_sent(&mut self, event: &DeviceAccessEvent) {
         let head = &event.head;
-        if head.hook_verdict == 0 && head.syscall_ret >= 0 {
-            return; // not a problem: never folded
+        if !RepeatKey::is_problem(head) {
+            return; // never folded
         }
-        if self.paths.len() >= REPEATS_CAPACITY as usize {
+        let key = without_window(RepeatKey::of(head, &event.comm, self.window_ns()));
+        if self.paths.len() >= REPEATS_CAPACITY as usize && !self.paths.contains_key(&key) {
             return;
         }
         let path = event.path.split(|&b| b == 0).next().unwrap_or_default();
-        let truncated = head.flags & FLAG_PATH_TRUNCATED != 0;
-        self.paths
-            .insert(RepeatKey::of(head, &event.comm), (path.into(), truncated));
+        let sent = SentPath {
+            path: path.into(),
+            truncated: head.flags & FLAG_PATH_TRUNCATED != 0,
+            sent: Instant::now(),
+        };
+        self.paths.insert(key, sent);
     }
 
     /// Each key's repeats since the last call, as (the latest repeat, how
-    /// many). Keys quiet for two windows are dropped from the kernel's
-    /// table, so that it keeps room and their next problem is sent whole.
+    /// many).
     pub fn collect(&mut self, verdict_from: VerdictSource) -> Vec<(DeviceAccess, u64)> {
-        let now = since_boot().as_nanos() as u64;
-        let quiet_after = 2 * self.window.as_nanos() as u64;
+        let current = since_boot().as_nanos() as u64 / self.window_ns();
         let keys: Vec<RepeatKey> = self.map.keys().filter_map(Result::ok).collect();
         let mut out = Vec::new();
-        for key in keys {
-            let Ok(per_cpu) = self.map.get(&key, 0) else {
-                continue; // deleted meanwhile
+        for key in &keys {
+            let Ok(count) = self.map.get(key, 0) else {
+                continue; // removed meanwhile
             };
-            let total: u64 = per_cpu.iter().map(|c| c.repeats).sum();
-            let handed = self.handed_on.get(&key).copied().unwrap_or(0);
-            let latest = per_cpu
-                .iter()
-                .max_by_key(|c| c.last_ns)
-                .copied()
-                .unwrap_or_default();
-            if total > handed {
-                let path = self.paths.get(&key);
-                out.push((access_of(&key, &latest, path, verdict_from), total - handed));
-                self.handed_on.insert(key, total);
-                continue;
+            let handed = self.handed_on.get(key).copied().unwrap_or(0);
+            if count.repeats > handed {
+                let path = self.paths.get(&without_window(*key));
+                out.push((
+                    access_of(key, &count, path, verdict_from),
+                    count.repeats - handed,
+                ));
             }
-            let started = per_cpu.iter().map(|c| c.window_start_ns).max().unwrap_or(0);
-            if now.saturating_sub(started) > quiet_after {
-                // Its windows are over: a problem now is sent, not counted
-                // (fold.rs), so the deletion loses nothing but in the
-                // instant a new window could open and count a repeat.
-                let _ = self.map.remove(&key);
-                self.handed_on.remove(&key);
-                self.paths.remove(&key);
+            // Over for a whole window: no program still counts into it
+            // (one takes microseconds), so its count is final.
+            if key.window + 2 <= current && self.map.remove(key).is_ok() {
+                self.handed_on.remove(key);
+            } else {
+                self.handed_on.insert(*key, count.repeats);
             }
         }
+        let live: rustc_hash::FxHashSet<RepeatKey> =
+            keys.iter().map(|k| without_window(*k)).collect();
+        let keep_for = 2 * self.window;
+        self.paths
+            .retain(|key, sent| live.contains(key) || sent.sent.elapsed() < keep_for);
         out
     }
+}
+
+fn without_window(key: RepeatKey) -> RepeatKey {
+    RepeatKey { window: 0, ..key }
 }
 
 /// The latest repeat as the access it was: the key's fields, the latest
@@ -98,15 +116,15 @@ impl KernelRepeats {
 fn access_of(
     key: &RepeatKey,
     latest: &RepeatCount,
-    path: Option<&(Box<[u8]>, bool)>,
+    path: Option<&SentPath>,
     verdict_from: VerdictSource,
 ) -> DeviceAccess {
     let mut flags = key.flags;
     let mut path_bytes = [0; PATH_LEN];
-    if let Some((path, truncated)) = path {
-        let len = path.len().min(PATH_LEN - 1);
-        path_bytes[..len].copy_from_slice(&path[..len]);
-        if *truncated {
+    if let Some(sent) = path {
+        let len = sent.path.len().min(PATH_LEN - 1);
+        path_bytes[..len].copy_from_slice(&sent.path[..len]);
+        if sent.truncated {
             flags |= FLAG_PATH_TRUNCATED;
         }
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::trace_point::TracePointLink,
     Ebpf, EbpfLoader,
 };
@@ -169,7 +169,7 @@ impl Tracer {
         let repeats = if config.fold_window.is_zero() {
             None
         } else {
-            let map = PerCpuHashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
+            let map = HashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
             Some(KernelRepeats::new(map, config.fold_window))
         };
         Ok(Self {

@@ -5,7 +5,10 @@
 
 use tokio::io::{unix::AsyncFd, Interest};
 
-use crate::{host::v1_device_limits::V1Changes, kernel::tracer::Tracer};
+use crate::{
+    host::v1_device_limits::{V1Changes, V1DeviceLimits},
+    kernel::tracer::Tracer,
+};
 
 pub struct OpenRouteUpgrade(Option<AsyncFd<V1Changes>>);
 
@@ -26,15 +29,16 @@ impl OpenRouteUpgrade {
                 .map_err(|e| anyhow::anyhow!("registering the watch: {}", e.into_parts().1))
         });
         match registered {
-            Ok(changes) => Ok(Self(Some(changes))),
-            Err(e) => {
-                let why = format!(
+            // Watched from now on; what changed since the tracer's own look
+            // (made at start-up, before the watch) is looked at again.
+            Ok(changes) if !V1DeviceLimits::read().may_deny() => Ok(Self(Some(changes))),
+            Ok(_) => upgrade(tracer, BECAUSE),
+            Err(e) => upgrade(
+                tracer,
+                &format!(
                     "the cgroup v1 devices hierarchy cannot be watched ({e:#}), so a cgroup made there could go unseen"
-                );
-                tracer.trace_open_calls_now(&why)?;
-                eprintln!("gpu-trace: {}", tracer.open_route_summary());
-                Ok(Self(None))
-            }
+                ),
+            ),
         }
     }
 
@@ -54,10 +58,15 @@ impl OpenRouteUpgrade {
     pub fn apply(&mut self, tracer: &mut Tracer) -> anyhow::Result<()> {
         let changed = self.0.as_ref().is_some_and(|c| c.get_ref().changed());
         if changed {
-            tracer.trace_open_calls_now(BECAUSE)?;
-            eprintln!("gpu-trace: {}", tracer.open_route_summary());
-            self.0 = None;
+            *self = upgrade(tracer, BECAUSE)?;
         }
         Ok(())
     }
+}
+
+/// Attaches the tracepoints now and says so; nothing is left to watch.
+fn upgrade(tracer: &mut Tracer, because: &str) -> anyhow::Result<OpenRouteUpgrade> {
+    tracer.trace_open_calls_now(because)?;
+    eprintln!("gpu-trace: {}", tracer.open_route_summary());
+    Ok(OpenRouteUpgrade(None))
 }

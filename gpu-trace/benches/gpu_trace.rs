@@ -121,7 +121,7 @@ fn main() {
         "machine": machine(),
         "settings": { "runs": settings.runs, "opens": settings.opens, "seconds": settings.seconds },
     });
-    // `--only overhead|throughput|startup` runs one group (while iterating on it).
+    // `--only overhead|throughput|startup|tenants|workload` runs one group.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -136,6 +136,9 @@ fn main() {
     }
     if wanted("startup") {
         results["startup"] = startup(&settings, &scene);
+    }
+    if wanted("workload") {
+        results["workload"] = workload(&settings, work.path(), &scene);
     }
     if wanted("tenants") {
         let cgroups = if quick { 10_000 } else { 100_000 };
@@ -599,6 +602,201 @@ fn producers_of_denials(
         .collect()
 }
 
+/// A real workload's wall time under each tracer, paired with a baseline
+/// run just before it: compiling a small C project with `make -j2`, and
+/// unpacking a tarball of small files (opens of regular files, by the
+/// thousand, and every other syscall a build makes).
+fn workload(settings: &Settings, work: &Path, scene: &Scene) -> Value {
+    eprintln!("bench: real workloads");
+    let project = c_project(work);
+    let tarball = source_tarball(work);
+    // Unpacked into memory where /dev/shm is there: the disk's writeback
+    // would swing the figures by tens of percent between runs.
+    let shm = tempfile::Builder::new()
+        .prefix("gpu-trace-bench-")
+        .tempdir_in("/dev/shm")
+        .ok();
+    let unpack_into = shm
+        .as_ref()
+        .map_or_else(|| work.join("unpacked"), |d| d.path().join("unpacked"));
+    /// A workload, run behind a wrapper (none, or strace).
+    type Job<'a> = Box<dyn Fn(&[&str]) + 'a>;
+    let jobs: [(&str, Job); 2] = [
+        (
+            "make -j2 (a 64-file C project)",
+            Box::new(|wrapper: &[&str]| {
+                run_quietly(
+                    wrapper,
+                    &[
+                        "make",
+                        "-s",
+                        "-C",
+                        project.to_str().expect("utf-8"),
+                        "clean",
+                    ],
+                );
+                run_quietly(
+                    wrapper,
+                    &["make", "-s", "-j2", "-C", project.to_str().expect("utf-8")],
+                );
+            }),
+        ),
+        (
+            "tar -x (4 000 small files)",
+            Box::new(|wrapper: &[&str]| {
+                let _ = fs::remove_dir_all(&unpack_into);
+                fs::create_dir_all(&unpack_into).expect("unpack dir");
+                run_quietly(
+                    wrapper,
+                    &[
+                        "tar",
+                        "-xf",
+                        tarball.to_str().expect("utf-8"),
+                        "-C",
+                        unpack_into.to_str().expect("utf-8"),
+                    ],
+                );
+            }),
+        ),
+    ];
+    let runs = settings.runs;
+    let mut rows = Vec::new();
+    for (name, job) in &jobs {
+        eprintln!("bench: workload, {name}");
+        let timed = |wrapper: &[&str]| {
+            let started = Instant::now();
+            job(wrapper);
+            started.elapsed().as_secs_f64() * 1e3
+        };
+        job(&[]); // warm the page cache
+        let under_watch = |extra: &'static [&'static str]| {
+            move || {
+                let tracer = watch(scene, extra, Stdio::null());
+                let ms = timed(&[]);
+                tracer.stop();
+                ms
+            }
+        };
+        type Config<'a> = (&'a str, Box<dyn Fn() -> f64 + 'a>);
+        let configs: Vec<Config> = vec![
+            ("gpu-trace watch (--opens auto)", Box::new(under_watch(&[]))),
+            (
+                "gpu-trace watch --opens full",
+                Box::new(under_watch(&["--opens", "full"])),
+            ),
+            (
+                "bpftrace opensnoop-like",
+                Box::new(|| {
+                    let tracer = bpftrace();
+                    let ms = timed(&[]);
+                    tracer.stop();
+                    ms
+                }),
+            ),
+            (
+                "strace -f -e trace=openat",
+                Box::new(|| timed(&["strace", "-f", "-e", "trace=openat", "-o", "/dev/null"])),
+            ),
+        ];
+        let mut entries = Vec::new();
+        for (config, measure) in &configs {
+            let mut pairs = Vec::new();
+            for _ in 0..runs {
+                let base = timed(&[]);
+                let ms = measure();
+                pairs.push((ms, ms / base));
+            }
+            let (ms, ratios): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+            let (median, lo, hi) = median_and_spread(ms);
+            let (ratio, ratio_lo, ratio_hi) = median_and_spread(ratios);
+            entries.push(
+                json!({ "config": config, "ms": median, "min": lo, "max": hi,
+                                 "ratio": ratio, "ratio_min": ratio_lo, "ratio_max": ratio_hi }),
+            );
+        }
+        rows.push(json!({ "workload": name, "configs": entries }));
+    }
+    let _ = fs::remove_dir_all(&unpack_into);
+    Value::Array(rows)
+}
+
+/// Runs `command` (behind `wrapper`, e.g. strace) with its output dropped;
+/// it must succeed.
+fn run_quietly(wrapper: &[&str], command: &[&str]) {
+    let all: Vec<&str> = wrapper.iter().chain(command).copied().collect();
+    let status = Command::new(all[0])
+        .args(&all[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run workload");
+    assert!(status.success(), "{all:?} failed");
+}
+
+/// 64 C files of a few functions each, and a Makefile that builds them
+/// into one program.
+fn c_project(work: &Path) -> PathBuf {
+    let dir = work.join("project");
+    fs::create_dir_all(&dir).expect("project dir");
+    let mut objects = Vec::new();
+    for i in 0..64 {
+        let body: String = (0..8)
+            .map(|f| {
+                format!(
+                    "int f{i}_{f}(int x) {{ int s = 0; for (int k = 0; k < x; k++) s += k * {f} ^ {i}; return s; }}\n"
+                )
+            })
+            .collect();
+        fs::write(
+            dir.join(format!("m{i}.c")),
+            format!("#include <stdio.h>\n{body}"),
+        )
+        .expect("C file");
+        objects.push(format!("m{i}.o"));
+    }
+    fs::write(dir.join("main.c"), "int main(void) { return 0; }\n").expect("main.c");
+    objects.push("main.o".into());
+    let objects = objects.join(" ");
+    fs::write(
+        dir.join("Makefile"),
+        format!(
+            "CFLAGS = -O2\nall: prog\nprog: {objects}\n\t$(CC) -o $@ $^\nclean:\n\trm -f prog *.o\n"
+        ),
+    )
+    .expect("Makefile");
+    dir
+}
+
+/// A tarball of 4 000 small files in 40 directories.
+fn source_tarball(work: &Path) -> PathBuf {
+    let tree = work.join("tree");
+    for d in 0..40 {
+        let dir = tree.join(format!("d{d}"));
+        fs::create_dir_all(&dir).expect("tree dir");
+        for f in 0..100 {
+            fs::write(
+                dir.join(format!("f{f}.txt")),
+                format!("{d} {f}\n").repeat(20),
+            )
+            .expect("tree file");
+        }
+    }
+    let tarball = work.join("tree.tar");
+    run_quietly(
+        &[],
+        &[
+            "tar",
+            "-cf",
+            tarball.to_str().expect("utf-8"),
+            "-C",
+            work.to_str().expect("utf-8"),
+            "tree",
+        ],
+    );
+    let _ = fs::remove_dir_all(&tree);
+    tarball
+}
+
 /// User and system CPU time of a process so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -851,7 +1049,8 @@ fn print_tables(results: &Value) {
     let t = &results["throughput"];
     if t.is_null() {
         print_startup(&mut out, &results["startup"]);
-        return print_tenants(&mut out, &results["tenant_cgroups"]);
+        print_tenants(&mut out, &results["tenant_cgroups"]);
+        return print_workload(&mut out, &results["workload"]);
     }
     let _ = writeln!(
         out,
@@ -893,6 +1092,31 @@ fn print_tables(results: &Value) {
     );
     print_startup(&mut out, &results["startup"]);
     print_tenants(&mut out, &results["tenant_cgroups"]);
+    print_workload(&mut out, &results["workload"]);
+}
+
+fn print_workload(out: &mut impl Write, w: &Value) {
+    if w.is_null() {
+        return;
+    }
+    let _ = writeln!(out, "\nReal workloads (median ms [min-max]; median ratio to a baseline run just before [min-max]):");
+    for row in w.as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  {}", row["workload"].as_str().unwrap_or(""));
+        for c in row["configs"].as_array().into_iter().flatten() {
+            let number = |key: &str| c[key].as_f64().unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "    {:<40} {:>8.0} ms  [{:.0}-{:.0}]  x{:.3} [x{:.3}-x{:.3}]",
+                c["config"].as_str().unwrap_or(""),
+                number("ms"),
+                number("min"),
+                number("max"),
+                number("ratio"),
+                number("ratio_min"),
+                number("ratio_max"),
+            );
+        }
+    }
 }
 
 fn print_tenants(out: &mut impl Write, t: &Value) {

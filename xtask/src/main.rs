@@ -67,7 +67,7 @@ enum Task {
         /// Where the machine-readable summary goes.
         #[arg(long, default_value = "bench/results.json")]
         json: PathBuf,
-        /// Run one group only: overhead, throughput, startup or tenants.
+        /// Run one group only: overhead, throughput, startup, tenants or workload.
         #[arg(long)]
         only: Option<String>,
     },

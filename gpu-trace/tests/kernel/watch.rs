@@ -179,13 +179,7 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
     let Some(host) = kernel_test("denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf") else {
         return;
     };
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
-        // A property of the host's layout, not a missing kernel feature: pure
-        // cgroup2 hosts have no devices.list at all.
-        eprintln!(
-            "skipping denial_by_cgroup_v1_devices_list: no cgroup v1 devices controller mounted"
-        );
+    let Some(v1_devices) = v1_devices_mount("denial_by_cgroup_v1_devices_list") else {
         return;
     };
     let major = uvm_standin();
@@ -224,14 +218,10 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
     let Some(host) = kernel_test("auto_attaches_the_open_tracepoints_once_a_cgroup_v1") else {
         return;
     };
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    // Properties of the host's layout, not missing kernel features.
-    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
-        eprintln!(
-            "skipping auto_attaches_the_open_tracepoints: no cgroup v1 devices controller mounted"
-        );
+    let Some(v1_devices) = v1_devices_mount("auto_attaches_the_open_tracepoints") else {
         return;
     };
+    // Properties of the host's layout, not missing kernel features.
     if fexit_opens_load() {
         eprintln!(
             "skipping auto_attaches_the_open_tracepoints: fentry/fexit trace every open here"
@@ -273,6 +263,18 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
     assert_eq!(event["verdict"], "denied");
     assert_eq!(event["verdict_source"], "not-bpf", "{event}");
     assert_eq!(event["errno"], "EPERM");
+}
+
+/// Where the cgroup v1 devices controller is mounted; None, saying that
+/// `test` skips, where it is not. A property of the host's layout, not a
+/// missing kernel feature: pure cgroup2 hosts have no devices.list at all.
+fn v1_devices_mount(test: &str) -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    let mount = v1_controller_mount_in(&mountinfo, "devices");
+    if mount.is_none() {
+        eprintln!("skipping {test}: no cgroup v1 devices controller mounted");
+    }
+    mount
 }
 
 /// Opens the node from a process in `v2` and the v1 cgroup `v1`, whose

@@ -162,11 +162,7 @@ pub fn row(
         major,
         minor,
         access: letters,
-        verdict: match decision {
-            Decision::Allowed => "allowed",
-            Decision::Denied => "denied",
-            Decision::Unknown => "unknown",
-        },
+        verdict: decision.name(),
         decided_by,
         stale,
     }
@@ -177,6 +173,17 @@ pub enum Decision {
     Allowed,
     Denied,
     Unknown,
+}
+
+impl Decision {
+    /// As `check` reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::Unknown => "unknown",
+        }
+    }
 }
 
 /// BPF programs first, then cgroup v1's devices.list, as the kernel checks them.

@@ -10,7 +10,7 @@ use gpu_trace_policy::{DeviceQuery, DevicesList};
 use serde::Serialize;
 
 use crate::{
-    analysis::access_check::{decide, Decision},
+    analysis::access_check::decide,
     host::{in_root::char_devices_in, proc_devices::CharMajors, sysfs_devices::device_facts},
     kernel::programs_in_force::CgroupPolicy,
     model::vendor::{vendor_and_role, Role, Vendor, ACCEL_MAJOR, DRM_MAJOR},
@@ -73,11 +73,7 @@ pub fn vendor_sets(
                 v1,
                 &DeviceQuery::char_device(major, minor, ACCESS_READ | ACCESS_WRITE),
             );
-            let verdict = match decision {
-                Decision::Allowed => "allowed",
-                Decision::Denied => "denied",
-                Decision::Unknown => "unknown",
-            };
+            let verdict = decision.name();
             Some((
                 vendor,
                 VendorNode {

@@ -330,13 +330,7 @@ fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>,
     let mut exits = Vec::new();
     let mut hooks = Vec::new();
     for syscall in &OPEN_SYSCALLS {
-        let exit = attach_tracepoint(
-            ebpf,
-            syscall.exit,
-            "syscalls",
-            &format!("sys_exit_{}", syscall.name),
-        );
-        match exit {
+        match attach_half(ebpf, syscall, Half::Exit) {
             Ok(link) => exits.push((syscall, link)),
             Err(e) => hooks.push(refused_tracepoint(syscall, &e)),
         }
@@ -346,13 +340,7 @@ fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>,
     }
     let mut links = Vec::new();
     for (syscall, exit) in exits {
-        let enter = attach_tracepoint(
-            ebpf,
-            syscall.enter,
-            "syscalls",
-            &format!("sys_enter_{}", syscall.name),
-        );
-        match enter {
+        match attach_half(ebpf, syscall, Half::Enter) {
             Ok(enter) => {
                 links.extend([exit, enter]);
                 hooks.push(active(tracepoint_name(syscall)));
@@ -363,6 +351,29 @@ fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>,
         }
     }
     Ok((links, hooks))
+}
+
+enum Half {
+    Enter,
+    Exit,
+}
+
+/// One of a syscall's two tracepoints, with its program.
+fn attach_half(
+    ebpf: &mut Ebpf,
+    syscall: &OpenSyscall,
+    half: Half,
+) -> anyhow::Result<TracePointLink> {
+    let (program, event) = match half {
+        Half::Enter => (syscall.enter, "enter"),
+        Half::Exit => (syscall.exit, "exit"),
+    };
+    attach_tracepoint(
+        ebpf,
+        program,
+        "syscalls",
+        &format!("sys_{event}_{}", syscall.name),
+    )
 }
 
 fn refused_tracepoint(syscall: &OpenSyscall, e: &anyhow::Error) -> Hook {

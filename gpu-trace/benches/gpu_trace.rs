@@ -513,12 +513,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         let elapsed = started.elapsed().as_secs_f64();
         thread::sleep(Duration::from_millis(300)); // let watch drain
         peak_rss_kib = peak_rss_kib.max(peak_rss(child.id()));
-        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
-        let summary = stderr
-            .map_while(Result::ok)
-            .find(|l| l.contains("detached;"))
-            .unwrap_or_default();
-        let _ = child.wait();
+        let summary = stop_for_summary(&mut child, stderr);
         let events = summary_number(&summary, "events");
         let lost = summary_number(&summary, "lost");
         let received = fs::read_to_string(&out_file)
@@ -557,12 +552,7 @@ fn folded_flood(settings: &Settings, open_loop: &Path, scene: &Scene, producers:
     }
     let elapsed = started.elapsed().as_secs_f64();
     let watch_cpu = cpu_seconds(child.id()) - cpu_before;
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
-    let summary = stderr
-        .map_while(Result::ok)
-        .find(|l| l.contains("detached;"))
-        .unwrap_or_default();
-    let _ = child.wait();
+    let summary = stop_for_summary(&mut child, stderr);
     let text = fs::read_to_string(&out_file).unwrap_or_default();
     let counted: u64 = text
         .lines()
@@ -816,6 +806,20 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / per_second
 }
 
+/// Stops `watch` with SIGINT and returns its closing line ("detached; ...").
+fn stop_for_summary(
+    child: &mut Child,
+    stderr: std::io::Lines<BufReader<std::process::ChildStderr>>,
+) -> String {
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
+    let summary = stderr
+        .map_while(Result::ok)
+        .find(|l| l.contains("detached;"))
+        .unwrap_or_default();
+    let _ = child.wait();
+    summary
+}
+
 fn summary_number(summary: &str, word: &str) -> u64 {
     summary
         .split([',', ';'])
@@ -934,12 +938,7 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
         after_kib = after_kib.min(rss(child.id()));
     }
     let after_mib = after_kib as f64 / 1024.0;
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
-    let summary = stderr
-        .map_while(Result::ok)
-        .find(|l| l.contains("detached;"))
-        .unwrap_or_default();
-    let _ = child.wait();
+    let summary = stop_for_summary(&mut child, stderr);
     json!({
         "cgroups": count,
         "made_in_s": made_s,

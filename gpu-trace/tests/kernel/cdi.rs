@@ -4,10 +4,12 @@
 
 use std::fs;
 
-use gpu_trace::scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchPolicy};
+use gpu_trace::scenario::{DeviceNodes, OpenMode, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
-use crate::common::{check_json_with, kernel_test, scratch_cgroup, uvm_standin, Watcher};
+use crate::common::{
+    check_json_with, denied_open, kernel_test, scratch_cgroup, uvm_standin, Watcher,
+};
 
 #[test]
 fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
@@ -109,19 +111,8 @@ fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
         .args(["watch", "--format", "json", "--major", &major.to_string()])
         .env("GPU_TRACE_CDI_DIRS", specs.path());
     let watcher = Watcher::spawn(command);
-    let probe = run_probe(
-        std::path::Path::new(crate::common::gpu_trace()),
-        &[&cgroup],
-        &[ProbeOp::Open {
-            path: uvm.clone(),
-            mode: OpenMode::ReadWrite,
-        }],
-    )
-    .expect("probe");
-    assert_eq!(probe.results, [libc::EPERM]);
-    let events = watcher.wait_for_events(probe.pid, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let (_, event) = denied_open(&watcher, &[&cgroup], uvm.clone(), OpenMode::ReadWrite);
+    let event = &event;
     assert_eq!(event["cause"], "stale-cdi-spec", "{event:#}");
     let explanation = event["explanation"].as_str().expect("explanation");
     assert!(

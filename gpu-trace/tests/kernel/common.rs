@@ -299,6 +299,27 @@ pub fn fexit_expected() -> bool {
     std::env::var("GPU_TRACE_EXPECT_FEXIT").is_ok_and(|v| v == "1")
 }
 
+/// A probe in `cgroups` opens `path` once and is refused (EPERM); the one
+/// event `watcher` reports for it, and the probe's pid.
+pub fn denied_open(
+    watcher: &Watcher,
+    cgroups: &[&ScratchCgroup],
+    path: std::path::PathBuf,
+    mode: OpenMode,
+) -> (u32, Value) {
+    let probe = gpu_trace::scenario::run_probe(
+        std::path::Path::new(gpu_trace()),
+        cgroups,
+        &[ProbeOp::Open { path, mode }],
+    )
+    .expect("probe");
+    assert_eq!(probe.results, [libc::EPERM], "the open is refused");
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = events.into_iter().next().expect("one event");
+    (probe.pid, event)
+}
+
 /// Whether a line of `stderr` starts with `prefix` and contains `part`.
 pub fn says(stderr: &[String], prefix: &str, part: &str) -> bool {
     stderr

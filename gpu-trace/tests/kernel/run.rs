@@ -440,18 +440,7 @@ fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
     std::os::unix::fs::chown(&node.0, Some(0), Some(44)).expect("chown to video");
     // The shell opens it and stays a while: the diagnosis reads its groups.
     let script = format!("true <{}; sleep 2", node.0.display());
-    let command: Vec<String> = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--groups=100",
-        "sh",
-        "-c",
-        &script,
-    ]
-    .map(String::from)
-    .into();
-    let output = gpu_trace_run(&["--format", "json"], &command);
+    let output = run_as_nobody_in_group_100(&script);
     let (report, _) = json_report(&output);
     let event = &report["problems"][0]["event"];
     assert_eq!(event["cause"], "file-permissions", "{report:#}");
@@ -541,6 +530,23 @@ fn procs_in(cgroup: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// `gpu-trace run --format json -- sh -c SCRIPT` as uid 65534, in group
+/// 100 only: a container user outside the nodes' group.
+fn run_as_nobody_in_group_100(script: &str) -> std::process::Output {
+    let command: Vec<String> = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--groups=100",
+        "sh",
+        "-c",
+        script,
+    ]
+    .map(String::from)
+    .into();
+    gpu_trace_run(&["--format", "json"], &command)
+}
+
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !done() {
@@ -627,18 +633,7 @@ fn run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only() {
         if no_kfd { "true </dev/kfd; " } else { "" },
         node.display()
     );
-    let command: Vec<String> = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--groups=100",
-        "sh",
-        "-c",
-        &script,
-    ]
-    .map(String::from)
-    .into();
-    let output = gpu_trace_run(&["--format", "json"], &command);
+    let output = run_as_nobody_in_group_100(&script);
     let _ = fs::remove_file(&node);
     if made_dri {
         let _ = fs::remove_dir("/dev/dri");

@@ -285,21 +285,15 @@ fn denied_by_devices_deny(
     v2: &ScratchCgroup,
     v1: &ScratchCgroup,
 ) -> Value {
-    let op = ProbeOp::Open {
-        path: nodes.path("nvidia-uvm"),
-        mode: OpenMode::Read,
-    };
-    let child = run_probe(Path::new(gpu_trace()), &[v2, v1], &[op]).expect("run probe");
-    assert_eq!(
-        child.results,
-        [libc::EPERM],
-        "devices.deny refuses the node"
+    let (_, event) = denied_open(
+        &watcher,
+        &[v2, v1],
+        nodes.path("nvidia-uvm"),
+        OpenMode::Read,
     );
-    let events = watcher.wait_for_events(child.pid, 1);
     let (status, _) = watcher.stop();
     assert!(status.success());
-    assert_eq!(events.len(), 1, "{events:#?}");
-    events.into_iter().next().expect("one event")
+    event
 }
 
 #[test]
@@ -548,19 +542,9 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
         .args(["watch", "--format", "json", "--vendor", "nvidia"])
         .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
     let nvidia_only = Watcher::spawn(nvidia_only);
-    let probe = run_probe(
-        Path::new(gpu_trace()),
-        &[&cgroup],
-        &[ProbeOp::Open {
-            path: nodes.path("kfd"),
-            mode: OpenMode::ReadWrite,
-        }],
-    )
-    .expect("probe");
-    assert_eq!(probe.results, [libc::EPERM]);
-    let events = watcher.wait_for_events(probe.pid, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let (probe_pid, event) =
+        denied_open(&watcher, &[&cgroup], nodes.path("kfd"), OpenMode::ReadWrite);
+    let event = &event;
     assert_eq!(event["driver"], "kfd", "{event:#}");
     assert_eq!(event["vendor"], "amd", "{event:#}");
     assert_eq!(event["role"], "compute", "{event:#}");
@@ -574,7 +558,7 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     let (status, _) = watcher.stop();
     assert!(status.success());
     // --vendor nvidia leaves AMD's out.
-    let (status, _, shown) = nvidia_only.stop_with_events(probe.pid);
+    let (status, _, shown) = nvidia_only.stop_with_events(probe_pid);
     assert!(status.success());
     assert_eq!(shown, Vec::<serde_json::Value>::new());
 }

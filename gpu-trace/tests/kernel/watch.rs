@@ -527,11 +527,12 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
         format!("Character devices:\n  1 mem\n195 nvidia\n226 drm\n{kfd} kfd\n\nBlock devices:\n  8 sd\n"),
     )
     .expect("write /proc/devices copy");
-    let nodes = DeviceNodes::create(&[("kfd", kfd, 0)]).expect("mknod");
+    // And an NVIDIA node, for the --vendor nvidia watcher to show it is live.
+    let nodes = DeviceNodes::create(&[("kfd", kfd, 0), ("nvidia0", 195, 0)]).expect("mknod");
     let cgroup = scratch_cgroup(&host, "kfd");
-    let _policy =
-        ScratchPolicy::attach(&cgroup, &[(kfd, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)])
-            .expect("attach");
+    let every_access = ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD;
+    let _policy = ScratchPolicy::attach(&cgroup, &[(kfd, every_access), (195, every_access)])
+        .expect("attach");
     let mut command = Command::new(gpu_trace());
     command
         .args(["watch", "--format", "json"])
@@ -557,7 +558,16 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     );
     let (status, _) = watcher.stop();
     assert!(status.success());
-    // --vendor nvidia leaves AMD's out.
+    // --vendor nvidia reports an NVIDIA denial made after the kfd one...
+    let (_, nvidia) = denied_open(
+        &nvidia_only,
+        &[&cgroup],
+        nodes.path("nvidia0"),
+        OpenMode::ReadWrite,
+    );
+    assert_eq!(nvidia["vendor"], "nvidia", "{nvidia:#}");
+    assert_eq!(nvidia["major"], 195, "{nvidia:#}");
+    // ...and left AMD's out.
     let (status, _, shown) = nvidia_only.stop_with_events(probe_pid);
     assert!(status.success());
     assert_eq!(shown, Vec::<serde_json::Value>::new());

@@ -29,44 +29,17 @@ use nix::{
 };
 use serde_json::{json, Value};
 
-const GPU_TRACE: &str = env!("CARGO_BIN_EXE_gpu-trace");
+/// The gpu-trace binary under test: cargo's, or `GPU_TRACE_BIN` (the guests',
+/// where cargo's path does not exist).
+fn gpu_trace() -> String {
+    std::env::var("GPU_TRACE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gpu-trace").into())
+}
 
 /// The workload: a C loop of open()+close(), timed inside the loop so that
 /// process start-up is not part of the figure. Optionally paced to a rate.
 /// With the path `--getppid` it makes getppid() calls instead: what every
 /// other syscall on the host pays while a tracer is attached.
-const OPEN_LOOP_C: &str = r#"
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-int main(int argc, char **argv) {
-    const char *path = argv[1];
-    long n = atol(argv[2]);
-    double rate = argc > 3 ? atof(argv[3]) : 0; /* opens per second, 0: flat out */
-    double start = now();
-    long ok = 0;
-    if (strcmp(path, "--getppid") == 0) {
-        for (long i = 0; i < n; i++) ok += syscall(SYS_getppid) > 0;
-        printf("%.2f %ld\n", (now() - start) * 1e9 / n, ok);
-        return 0;
-    }
-    for (long i = 0; i < n; i++) {
-        int fd = open(path, O_RDONLY);
-        if (fd >= 0) { close(fd); ok++; }
-        if (rate > 0 && i % 64 == 63) {
-            double ahead = (i + 1) / rate - (now() - start);
-            if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
-        }
-    }
-    printf("%.2f %ld\n", (now() - start) * 1e9 / n, ok);
-    return 0;
-}
-"#;
+const OPEN_LOOP_C: &str = include_str!("open_loop.c");
 
 /// The bpftrace side: an opensnoop-like script (entry stashes the path,
 /// exit prints it with the result).
@@ -76,6 +49,9 @@ tracepoint:syscalls:sys_exit_openat /@path[tid]/ { printf("%d %s %s %d\n", pid, 
 "#;
 
 struct Settings {
+    /// Inside a matrix guest (`--guest`): the open overhead only, of the
+    /// configurations the guest has (no bpftrace, no file output).
+    guest: bool,
     runs: usize,
     opens: u64,
     seconds: u64,
@@ -94,8 +70,10 @@ fn main() {
         nix::unistd::geteuid().is_root(),
         "the benchmark attaches tracers: run it as root (cargo xtask bench)"
     );
+    let guest = args.iter().any(|a| a == "--guest");
     let settings = if quick {
         Settings {
+            guest,
             runs: 5,
             opens: 30_000,
             seconds: 1,
@@ -103,6 +81,7 @@ fn main() {
         }
     } else {
         Settings {
+            guest,
             runs: 11,
             opens: 100_000,
             seconds: 3,
@@ -113,7 +92,11 @@ fn main() {
         .prefix("gpu-trace-bench-")
         .tempdir()
         .expect("work dir");
-    let open_loop = build_open_loop(work.path());
+    // `--open-loop FILE`: built beforehand, where there is no compiler (the guests).
+    let open_loop = match args.iter().position(|a| a == "--open-loop") {
+        Some(i) => PathBuf::from(args.get(i + 1).expect("--open-loop FILE")),
+        None => build_open_loop(work.path()),
+    };
     let scene = Scene::new(work.path());
 
     let mut results = json!({
@@ -122,11 +105,14 @@ fn main() {
         "settings": { "runs": settings.runs, "opens": settings.opens, "seconds": settings.seconds },
     });
     // `--only overhead|throughput|startup|tenants|workload` runs one group.
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let only = if guest {
+        Some("overhead".to_string())
+    } else {
+        args.iter()
+            .position(|a| a == "--only")
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let wanted = |group: &str| only.as_deref().is_none_or(|o| o == group);
     if wanted("overhead") {
         results["open_overhead"] = open_overhead(&settings, &open_loop, &scene);
@@ -258,6 +244,8 @@ fn run_loop(
 /// A tracer running in the background for a configuration.
 struct Background {
     child: Child,
+    /// The line it said it was ready with.
+    ready: String,
 }
 
 impl Background {
@@ -276,16 +264,16 @@ impl Background {
         };
         let mut lines = BufReader::new(stream).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let ready = loop {
             match lines.next() {
-                Some(Ok(line)) if line.contains(ready) => break,
+                Some(Ok(line)) if line.contains(ready) => break line,
                 Some(_) if Instant::now() < deadline => {}
                 _ => panic!("the tracer never printed {ready:?}"),
             }
-        }
+        };
         // Keep draining so the tracer never blocks on a full pipe.
         thread::spawn(move || for _ in lines {});
-        Self { child }
+        Self { child, ready }
     }
 
     /// SIGINT (a clean detach) and wait.
@@ -296,7 +284,7 @@ impl Background {
 }
 
 fn watch(scene: &Scene, extra: &[&str], stdout: Stdio) -> Background {
-    let mut command = Command::new(GPU_TRACE);
+    let mut command = Command::new(gpu_trace());
     command
         // --fold 0: every event is written, as the measurements assume.
         .args(["watch", "--fold", "0", "--major", &scene.major.to_string()])
@@ -321,16 +309,18 @@ fn median_and_spread(mut values: Vec<f64>) -> (f64, f64, f64) {
 
 fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     let out_file = scene.regular_file.with_file_name("watch.jsonl");
-    let targets: [(&str, &Path, Option<&Path>); 4] = [
+    let mut targets: Vec<(&str, &Path, Option<&Path>)> = vec![
         ("getppid (the syscall tax)", Path::new("--getppid"), None),
         ("regular file", &scene.regular_file, None),
         ("/dev/null", Path::new("/dev/null"), None),
-        (
+    ];
+    if !settings.guest {
+        targets.push((
             "denied watched node",
             &scene.denied_node,
             Some(scene.cgroup.path()),
-        ),
-    ];
+        ));
+    }
     let mut rows = Vec::new();
     for (name, target, cgroup) in targets {
         eprintln!("bench: open overhead, {name}");
@@ -352,33 +342,47 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
                 ns
             }
         };
-        let configs: Vec<Config> = vec![
-            (
+        // The guests have neither bpftrace (LLVM, headers) nor a disk to
+        // write to; where trampolines make full the same as auto, they show
+        // what the syscall tracepoints (the route before fentry/fexit) cost.
+        let host = !settings.guest;
+        let configs: Vec<Config> = [
+            Some::<Config>((
                 "gpu-trace watch > /dev/null (--opens auto)",
                 Box::new(under_watch(&[], false)),
-            ),
-            (
-                "gpu-trace watch --format json > file",
-                Box::new(under_watch(&["--format", "json"], true)),
-            ),
-            (
+            )),
+            host.then(|| -> Config {
+                (
+                    "gpu-trace watch --format json > file",
+                    Box::new(under_watch(&["--format", "json"], true)),
+                )
+            }),
+            Some((
                 "gpu-trace watch --opens full > /dev/null",
                 Box::new(under_watch(&["--opens", "full"], false)),
-            ),
-            (
+            )),
+            Some((
                 "gpu-trace watch --opens none > /dev/null",
                 Box::new(under_watch(&["--opens", "none"], false)),
-            ),
-            (
-                "bpftrace opensnoop-like",
-                Box::new(|| {
-                    let tracer = bpftrace();
-                    let ns = once(&[], settings.opens);
-                    tracer.stop();
-                    ns
-                }),
-            ),
-            (
+            )),
+            settings.guest.then(|| -> Config {
+                (
+                    "gpu-trace watch --opens tracepoints > /dev/null",
+                    Box::new(under_watch(&["--opens", "tracepoints"], false)),
+                )
+            }),
+            host.then(|| -> Config {
+                (
+                    "bpftrace opensnoop-like",
+                    Box::new(|| {
+                        let tracer = bpftrace();
+                        let ns = once(&[], settings.opens);
+                        tracer.stop();
+                        ns
+                    }),
+                )
+            }),
+            Some((
                 "strace -f -e trace=openat",
                 // strace is far slower: fewer opens, same per-open figure.
                 Box::new(|| {
@@ -387,8 +391,11 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
                         settings.opens / 20,
                     )
                 }),
-            ),
-        ];
+            )),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         // Pairs: a baseline slice right before each configuration's, both
         // on the same CPU (see run_loop). This machine's speed drifts by tens
         // of percent between seconds, and between its CPUs; a ratio within a
@@ -404,12 +411,31 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             }
         }
         let in_kernel = in_kernel_cost(scene, &[], &|| once(&[], settings.opens), settings.opens);
+        // The guests are here to measure the fexit route: a kernel that did
+        // not take it would pass off another route's figures.
+        let route = in_kernel["open_route"].as_str().unwrap_or("");
+        assert!(
+            !settings.guest
+                || route.contains(&format!(
+                    "fexit {}",
+                    gpu_trace_common::program::OPEN_FUNCTION
+                )),
+            "watch's default open route in this guest is not fexit: {route:?}"
+        );
         let in_kernel_full = in_kernel_cost(
             scene,
             &["--opens", "full"],
             &|| once(&[], settings.opens),
             settings.opens,
         );
+        let in_kernel_tracepoints = settings.guest.then(|| {
+            in_kernel_cost(
+                scene,
+                &["--opens", "tracepoints"],
+                &|| once(&[], settings.opens),
+                settings.opens,
+            )
+        });
         let (base, base_lo, base_hi) = median_and_spread(baseline);
         let mut entries = vec![
             json!({ "config": "baseline (nothing attached)", "ns_per_open": base, "min": base_lo, "max": base_hi, "ratio": 1.0 }),
@@ -425,7 +451,8 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         }
         rows.push(
             json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel,
-                    "in_kernel_ns_per_open_full": in_kernel_full }),
+                    "in_kernel_ns_per_open_full": in_kernel_full,
+                    "in_kernel_ns_per_open_tracepoints": in_kernel_tracepoints }),
         );
     }
     let _ = fs::remove_file(&out_file);
@@ -439,6 +466,12 @@ fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u
     let _stats =
         aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("enable BPF run-time statistics");
     let tracer = watch(scene, extra, Stdio::null());
+    // What the ready line says the open route is and costs.
+    let route = tracer
+        .ready
+        .split_once("; ")
+        .map_or("", |(_, route)| route)
+        .to_string();
     let before = program_times();
     run();
     let after = program_times();
@@ -454,7 +487,7 @@ fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u
             json!({ "ns_per_open": ns, "runs": runs_after - runs_before }),
         );
     }
-    json!({ "total": total, "programs": per_program })
+    json!({ "total": total, "programs": per_program, "open_route": route })
 }
 
 /// Accumulated run time (ns) and run count of gpu-trace's loaded programs, by name.
@@ -855,7 +888,7 @@ fn watch_into_file(
     out_file: &Path,
 ) -> (Child, std::io::Lines<BufReader<std::process::ChildStderr>>) {
     let file = fs::File::create(out_file).expect("output file");
-    let mut child = Command::new(GPU_TRACE)
+    let mut child = Command::new(gpu_trace())
         .args(["watch", "--format", "json"])
         .args(args)
         .stdout(Stdio::from(file))
@@ -974,7 +1007,7 @@ fn startup(settings: &Settings, scene: &Scene) -> Value {
     let run_true: Vec<f64> = (0..settings.startups)
         .map(|_| {
             let started = Instant::now();
-            let status = Command::new(GPU_TRACE)
+            let status = Command::new(gpu_trace())
                 .args(["run", "--", "true"])
                 .stderr(Stdio::null())
                 .status()
@@ -1028,6 +1061,20 @@ fn print_tables(results: &Value) {
             "    gpu-trace's programs in the kernel: {:.0} ns per call, {:.0} with --opens full (BPF run-time stats)",
             in_kernel("in_kernel_ns_per_open"),
             in_kernel("in_kernel_ns_per_open_full"),
+        );
+        if !row["in_kernel_ns_per_open_tracepoints"].is_null() {
+            let _ = writeln!(
+                out,
+                "    with --opens tracepoints: {:.0} ns per call",
+                in_kernel("in_kernel_ns_per_open_tracepoints")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "    watch's default open route: {}",
+            row["in_kernel_ns_per_open"]["open_route"]
+                .as_str()
+                .unwrap_or("")
         );
         for c in row["configs"].as_array().into_iter().flatten() {
             let number = |key: &str| c[key].as_f64().unwrap_or(0.0);

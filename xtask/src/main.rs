@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod image;
 mod lab;
 mod promtool;
+mod vm_bench;
 mod vm_test;
 
 /// Debian packages the eBPF build needs: rustc-web ships a precompiled `core`
@@ -67,9 +68,13 @@ enum Task {
         /// Where the machine-readable summary goes.
         #[arg(long, default_value = "bench/results.json")]
         json: PathBuf,
-        /// Run one group only: overhead, throughput, startup, tenants or workload.
+        /// Run one group only: overhead, throughput, startup, tenants, workload,
+        /// or guests (the open overhead inside the kernel matrix's qemu guests).
         #[arg(long)]
         only: Option<String>,
+        /// With the guests: only this kernel (repeatable); all three by default.
+        #[arg(long = "kernel", value_enum)]
+        kernels: Vec<vm_test::Series>,
     },
     /// Build the release binary and a Debian package (target/dist/gpu-trace_*.deb).
     Dist {
@@ -133,9 +138,12 @@ fn main() -> ExitCode {
         } => setup().and_then(|()| lab::lab(&kernels, Duration::from_secs(timeout_secs), shell)),
         Task::Dist { check } => setup().and_then(|()| dist(check)),
         Task::Image { check } => setup().and_then(|()| image::image(check).map(|_| ())),
-        Task::Bench { quick, json, only } => {
-            setup().and_then(|()| bench(quick, &json, only.as_deref()))
-        }
+        Task::Bench {
+            quick,
+            json,
+            only,
+            kernels,
+        } => setup().and_then(|()| bench(quick, &json, only.as_deref(), &kernels)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -512,9 +520,14 @@ fn check_package(deb: &Path) -> anyhow::Result<()> {
 /// The tools the benchmark compares gpu-trace with.
 const BENCH_PACKAGES: [&str; 2] = ["bpftrace", "strace"];
 
-fn bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()> {
+/// The host's groups, then (unless `--only` names one of them) the guests'.
+fn bench(
+    quick: bool,
+    json: &Path,
+    only: Option<&str>,
+    kernels: &[vm_test::Series],
+) -> anyhow::Result<()> {
     require_root("the benchmark (it attaches tracers)")?;
-    apt_install(&BENCH_PACKAGES)?;
     let json = if json.is_absolute() {
         json.to_path_buf()
     } else {
@@ -523,6 +536,18 @@ fn bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()> {
     if let Some(dir) = json.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    if only != Some("guests") {
+        host_bench(quick, &json, only)?;
+    }
+    if only.is_none_or(|o| o == "guests") {
+        vm_bench::vm_bench(kernels, quick, &json)?;
+    }
+    Ok(())
+}
+
+/// The bench binary on this machine; it writes `json` afresh.
+fn host_bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()> {
+    apt_install(&BENCH_PACKAGES)?;
     let mut command = Command::new(cargo());
     command
         .args([
@@ -534,7 +559,7 @@ fn bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()> {
             "--",
         ])
         .arg("--json")
-        .arg(&json);
+        .arg(json);
     if quick {
         command.arg("--quick");
     }

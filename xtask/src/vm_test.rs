@@ -86,10 +86,9 @@ const MARKER: &str = "gpu-trace-vm-result";
 /// The only reason a kernel test may skip in the guest: it is pure cgroup2.
 pub(crate) const ACCEPTED_SKIP: &str = "no cgroup v1 devices controller";
 
-/// PID 1 of the guest. @SKIPS@ becomes the `--skip` arguments of NOT_IN_GUEST.
-const INIT_TEMPLATE: &str = r#"#!/bin/sh
-# PID 1 of the gpu-trace vm-test guest, written by xtask/src/vm_test.rs.
-export PATH=/bin HOME=/tmp NO_COLOR=1
+/// The start of PID 1 in the busybox guests (vm-test's and the bench's):
+/// the file systems the kernel tests and gpu-trace need, pure cgroup2.
+pub(crate) const GUEST_MOUNTS: &str = r#"export PATH=/bin HOME=/tmp NO_COLOR=1
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -104,6 +103,11 @@ mount -t tracefs tracefs /sys/kernel/tracing
 mount -t debugfs debugfs /sys/kernel/debug
 # The metrics test serves HTTP on 127.0.0.1.
 ip link set lo up
+"#;
+
+/// PID 1 of the guest, after GUEST_MOUNTS. @SKIPS@ becomes the `--skip`
+/// arguments of NOT_IN_GUEST.
+const INIT_TEMPLATE: &str = r#"
 echo "gpu-trace-vm: kernel $(uname -r)"
 
 result=""
@@ -323,7 +327,7 @@ impl Apt {
 }
 
 /// Debian's vmlinuz for `series`, downloaded and unpacked once per exact package.
-fn kernel_image(series: Series) -> anyhow::Result<PathBuf> {
+pub(crate) fn kernel_image(series: Series) -> anyhow::Result<PathBuf> {
     find_file(&kernel_package(series)?.join("boot"), "vmlinuz-")
 }
 
@@ -394,38 +398,46 @@ pub(crate) struct GuestBinaries {
 
 /// gpu-trace and the kernel-test binary, linked statically for the guest.
 pub(crate) fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
+    let messages = build_static(&KERNEL_TESTS)?;
+    Ok(GuestBinaries {
+        gpu_trace: cargo_executable(&messages, "bin", "gpu-trace")?,
+        kernel_tests: cargo_executable(&messages, "test", "kernel")?,
+    })
+}
+
+/// Runs `cargo ARGS --no-run` for the static target (the guests have no
+/// libc) and returns cargo's JSON messages.
+pub(crate) fn build_static(args: &[&str]) -> anyhow::Result<String> {
     let mut command = Command::new(cargo());
     command
-        .args(KERNEL_TESTS)
+        .args(args)
         .arg("--no-run")
         .args([
             "--message-format=json-render-diagnostics",
             "--target",
             STATIC_TARGET,
         ])
-        // Static, since the guest has no libc.
         .env("RUSTFLAGS", STATIC_RUSTFLAGS)
         .stderr(Stdio::inherit());
-    let output = command.output().context("running cargo test --no-run")?;
+    let output = command.output().context("running cargo --no-run")?;
     ensure!(
         output.status.success(),
         "{command:?} failed: {}",
         output.status
     );
-    let messages = String::from_utf8_lossy(&output.stdout);
-    let executable = |kind: &str, name: &str| {
-        messages
-            .lines()
-            .filter(|l| l.contains(&format!(r#""kind":["{kind}"]"#)))
-            .filter(|l| json_string(l, "name") == Some(name))
-            .find_map(|l| json_string(l, "executable"))
-            .map(PathBuf::from)
-            .with_context(|| format!("cargo reported no executable for the {kind} {name}"))
-    };
-    Ok(GuestBinaries {
-        gpu_trace: executable("bin", "gpu-trace")?,
-        kernel_tests: executable("test", "kernel")?,
-    })
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The executable cargo built for the target `name` of `kind` (bin, test,
+/// bench), from its `--message-format=json` output.
+pub(crate) fn cargo_executable(messages: &str, kind: &str, name: &str) -> anyhow::Result<PathBuf> {
+    messages
+        .lines()
+        .filter(|l| l.contains(&format!(r#""kind":["{kind}"]"#)))
+        .filter(|l| json_string(l, "name") == Some(name))
+        .find_map(|l| json_string(l, "executable"))
+        .map(PathBuf::from)
+        .with_context(|| format!("cargo reported no executable for the {kind} {name}"))
 }
 
 /// The string value of `key` in one of cargo's JSON messages. Enough for the
@@ -441,7 +453,11 @@ fn json_string<'a>(message: &'a str, key: &str) -> Option<&'a str> {
 fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     let initramfs = vm_dir().join("initramfs.cpio.gz");
     let init = vm_dir().join("init");
-    write_if_changed(&init, &INIT_TEMPLATE.replace("@SKIPS@", &skip_args()))?;
+    let script = format!(
+        "#!/bin/sh\n# PID 1 of the gpu-trace vm-test guest, written by xtask/src/vm_test.rs.\n{GUEST_MOUNTS}{}",
+        INIT_TEMPLATE.replace("@SKIPS@", &skip_args())
+    );
+    write_if_changed(&init, &script)?;
     // This program too: how it packs may have changed.
     let xtask = std::env::current_exe().context("finding xtask's own binary")?;
     let mut inputs = vec![
@@ -474,7 +490,7 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
 
 /// Copies a dynamically linked host tool into the guest's /bin, with the
 /// libraries and loader `ldd` names at their own paths.
-fn copy_with_libraries(tool: &Path, root: &Path) -> anyhow::Result<()> {
+pub(crate) fn copy_with_libraries(tool: &Path, root: &Path) -> anyhow::Result<()> {
     let out = Command::new("ldd")
         .arg(tool)
         .output()
@@ -632,7 +648,7 @@ fn boot(
     Ok(outcome)
 }
 
-fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
+pub(crate) fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
     let (accel, cpu) = if kvm_usable() {
         ("kvm", "host")
     } else {
@@ -678,7 +694,9 @@ pub(crate) fn stream_console(
     for line in BufReader::new(stdout).split(b'\n') {
         let line = String::from_utf8_lossy(&line?).trim_end().to_string();
         writeln!(log, "{line}")?;
-        init_started |= line.starts_with("gpu-trace-vm: ") || line.starts_with("gpu-trace-lab: ");
+        init_started |= ["gpu-trace-vm: ", "gpu-trace-lab: ", "gpu-trace-bench: "]
+            .iter()
+            .any(|p| line.starts_with(p));
         if init_started {
             eprintln!("{prefix}{line}");
         }

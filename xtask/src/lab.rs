@@ -24,9 +24,9 @@ use anyhow::{bail, ensure, Context};
 use crate::{
     apt_install, require_root, run_checked,
     vm_test::{
-        bash, build_guest_binaries, install_busybox, kernel_complaints, kernel_package, kvm_usable,
-        pack_initramfs_tree, print_console_tail, skip_notice, step_problems, stream_console,
-        wait_or_kill, write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
+        bash, build_guest_binaries, fresh_root, install_busybox, kernel_complaints, kernel_package,
+        kvm_usable, pack_initramfs_tree, print_console_tail, skip_notice, step_problems,
+        stream_console, wait_or_kill, write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
     },
     workspace,
 };
@@ -484,12 +484,7 @@ fn initramfs(series: Series, release: &str, modules: &Path) -> anyhow::Result<Pa
         .context("modules under lib/modules/RELEASE")?;
     ensure_depmod(package_root, release)?;
     let root = dir.join("initramfs");
-    if root.exists() {
-        fs::remove_dir_all(&root)?;
-    }
-    for d in ["bin", "dev", "proc", "sys", "modules"] {
-        fs::create_dir_all(root.join(d))?;
-    }
+    fresh_root(&root, &["bin", "dev", "proc", "sys", "modules"])?;
     install_busybox(&root)?;
     let mut order: Vec<String> = Vec::new();
     for module in BOOT_MODULES {

@@ -11,9 +11,8 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    thread,
-    time::{Duration, Instant},
+    process::Command,
+    time::Duration,
 };
 
 use anyhow::{ensure, Context};
@@ -23,9 +22,9 @@ use serde_json::Value;
 use crate::{
     apt_install, run_checked,
     vm_test::{
-        build_static, cargo_executable, copy_with_libraries, install_busybox, install_qemu,
-        kernel_complaints, kernel_image, newer_than_all, pack_initramfs_tree, print_console_tail,
-        qemu, stream_console, vm_dir, wait_or_kill, write_if_changed, Series, BUSYBOX,
+        boot_guest, build_static, cargo_executable, copy_with_libraries, fresh_root,
+        install_busybox, install_qemu, kernel_complaints, kernel_image, newer_than_all,
+        pack_initramfs_tree, print_console_tail, vm_dir, write_if_changed, Series, BUSYBOX,
         GUEST_MOUNTS,
     },
     workspace,
@@ -118,12 +117,7 @@ fn bench_initramfs(quick: bool) -> anyhow::Result<PathBuf> {
         return Ok(initramfs);
     }
     let root = dir.join("initramfs");
-    if root.exists() {
-        fs::remove_dir_all(&root)?;
-    }
-    for sub in ["bin", "dev", "proc", "sys", "tmp"] {
-        fs::create_dir_all(root.join(sub))?;
-    }
+    fresh_root(&root, &["bin", "dev", "proc", "sys", "tmp"])?;
     install_busybox(&root)?;
     copy_with_libraries(strace, &root)?;
     fs::copy(&bench, root.join("bin/bench"))?;
@@ -151,45 +145,25 @@ fn static_open_loop(dir: &Path) -> anyhow::Result<PathBuf> {
 /// One kernel: boot, let the bench run, and take its JSON from the second
 /// serial port. A kernel that warned on its console gives no results.
 fn boot(series: Series, vmlinuz: &Path, initramfs: &Path) -> anyhow::Result<Value> {
-    let dir = vm_dir().join("bench").join(series.name());
-    fs::create_dir_all(&dir)?;
-    let console_log = dir.join("console.log");
-    let result_file = dir.join("result");
-    // A result left from an earlier run must not pass for this one.
-    if result_file.exists() {
-        fs::remove_file(&result_file)?;
-    }
-    eprintln!(
-        "xtask: benchmarking in {} ({}), console in {}",
-        series.name(),
-        vmlinuz.display(),
-        console_log.display()
-    );
-    let started = Instant::now();
-    let mut qemu = qemu(vmlinuz, initramfs, &result_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting qemu-system-x86_64")?;
-    let stdout = qemu.stdout.take().expect("piped");
-    let log = fs::File::create(&console_log)?;
-    let prefix = format!("[bench {}] ", series.name());
-    let streamer = thread::spawn(move || stream_console(stdout, log, &prefix));
-    let timed_out = wait_or_kill(&mut qemu, TIMEOUT)?;
-    let console = streamer.join().expect("console streamer")?;
+    let run = boot_guest(
+        &vm_dir().join("bench").join(series.name()),
+        &format!("[bench {}] ", series.name()),
+        vmlinuz,
+        initramfs,
+        TIMEOUT,
+    )?;
     eprintln!(
         "xtask: {} guest done in {:.0} s",
         series.name(),
-        started.elapsed().as_secs_f64()
+        run.seconds
     );
-    let output = fs::read_to_string(&result_file).unwrap_or_default();
-    let complaints = kernel_complaints(&console);
-    let results = guest_json(&output);
-    if timed_out || !complaints.is_empty() || results.is_none() {
-        print_console_tail(&console, &console_log);
+    let complaints = kernel_complaints(&run.console);
+    let results = guest_json(&run.result);
+    if run.timed_out || !complaints.is_empty() || results.is_none() {
+        print_console_tail(&run.console, &run.console_log);
     }
     ensure!(
-        !timed_out,
+        !run.timed_out,
         "no result within {} s; qemu killed",
         TIMEOUT.as_secs()
     );

@@ -472,12 +472,7 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
         return Ok(initramfs);
     }
     let root = vm_dir().join("initramfs");
-    if root.exists() {
-        fs::remove_dir_all(&root)?;
-    }
-    for dir in ["bin", "dev", "proc", "sys", "tmp"] {
-        fs::create_dir_all(root.join(dir))?;
-    }
+    fresh_root(&root, &["bin", "dev", "proc", "sys", "tmp"])?;
     install_busybox(&root)?;
     for tool in HOST_TOOLS {
         copy_with_libraries(Path::new(tool), &root)?;
@@ -606,8 +601,47 @@ fn boot(
     initramfs: &Path,
     timeout: Duration,
 ) -> anyhow::Result<Outcome> {
-    let dir = vm_dir().join(series.name());
-    fs::create_dir_all(&dir)?;
+    let run = boot_guest(
+        &vm_dir().join(series.name()),
+        &format!("[{}] ", series.name()),
+        vmlinuz,
+        initramfs,
+        timeout,
+    )?;
+    let mut outcome = judge(series, &run.console, &run.result, run.seconds);
+    if run.timed_out {
+        outcome.problems.insert(
+            0,
+            format!("no result within {} s; qemu killed", timeout.as_secs()),
+        );
+    }
+    if !outcome.problems.is_empty() {
+        print_console_tail(&run.console, &run.console_log);
+    }
+    Ok(outcome)
+}
+
+/// What one boot of a busybox guest left.
+pub(crate) struct GuestRun {
+    /// Everything on the first serial port.
+    pub console: String,
+    pub console_log: PathBuf,
+    /// What /init wrote to the second serial port.
+    pub result: String,
+    pub timed_out: bool,
+    pub seconds: f64,
+}
+
+/// Boots `vmlinuz` with `initramfs` until it powers off (killed after
+/// `timeout`), echoing the console with `prefix` and keeping it in `dir`.
+pub(crate) fn boot_guest(
+    dir: &Path,
+    prefix: &str,
+    vmlinuz: &Path,
+    initramfs: &Path,
+    timeout: Duration,
+) -> anyhow::Result<GuestRun> {
+    fs::create_dir_all(dir)?;
     let console_log = dir.join("console.log");
     let result_file = dir.join("result");
     // A result left from an earlier run must not pass for this one.
@@ -615,8 +649,7 @@ fn boot(
         fs::remove_file(&result_file)?;
     }
     eprintln!(
-        "xtask: booting {} ({}), console in {}",
-        series.name(),
+        "xtask: booting {}, console in {}",
         vmlinuz.display(),
         console_log.display()
     );
@@ -628,27 +661,31 @@ fn boot(
         .context("starting qemu-system-x86_64")?;
     let stdout = qemu.stdout.take().expect("piped");
     let log = fs::File::create(&console_log)?;
-    let prefix = format!("[{}] ", series.name());
+    let prefix = prefix.to_string();
     let streamer = thread::spawn(move || stream_console(stdout, log, &prefix));
     let timed_out = wait_or_kill(&mut qemu, timeout)?;
     let console = streamer.join().expect("console streamer")?;
-    let seconds = started.elapsed().as_secs_f64();
-    let marker = fs::read_to_string(&result_file).unwrap_or_default();
-
-    let mut outcome = judge(series, &console, &marker, seconds);
-    if timed_out {
-        outcome.problems.insert(
-            0,
-            format!("no result within {} s; qemu killed", timeout.as_secs()),
-        );
-    }
-    if !outcome.problems.is_empty() {
-        print_console_tail(&console, &console_log);
-    }
-    Ok(outcome)
+    Ok(GuestRun {
+        console,
+        console_log,
+        result: fs::read_to_string(&result_file).unwrap_or_default(),
+        timed_out,
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
-pub(crate) fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
+/// An empty initramfs tree at `root` with these top folders.
+pub(crate) fn fresh_root(root: &Path, folders: &[&str]) -> anyhow::Result<()> {
+    if root.exists() {
+        fs::remove_dir_all(root)?;
+    }
+    for folder in folders {
+        fs::create_dir_all(root.join(folder))?;
+    }
+    Ok(())
+}
+
+fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
     let (accel, cpu) = if kvm_usable() {
         ("kvm", "host")
     } else {

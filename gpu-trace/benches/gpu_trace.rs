@@ -5,7 +5,9 @@
 //! overhead is a ratio to the baseline of the same invocation: these
 //! machines are noisy, so absolute times alone would mean little.
 //!
-//! Run as root. Arguments: `--quick` (fewer, shorter runs), `--json FILE`.
+//! Run as root. Arguments: `--quick` (fewer, shorter runs), `--json FILE`,
+//! `--only GROUP`; inside a matrix guest (xtask/src/vm_bench.rs) `--guest`
+//! and `--open-loop FILE` (the loop built beforehand: no compiler there).
 
 use std::{
     fs,

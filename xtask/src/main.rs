@@ -527,6 +527,20 @@ fn bench(
     only: Option<&str>,
     kernels: &[vm_test::Series],
 ) -> anyhow::Result<()> {
+    const GROUPS: [&str; 6] = [
+        "overhead",
+        "throughput",
+        "startup",
+        "tenants",
+        "workload",
+        "guests",
+    ];
+    if let Some(group) = only.filter(|g| !GROUPS.contains(g)) {
+        anyhow::bail!(
+            "--only {group:?}: no such group (one of {})",
+            GROUPS.join(", ")
+        );
+    }
     require_root("the benchmark (it attaches tracers)")?;
     let json = if json.is_absolute() {
         json.to_path_buf()

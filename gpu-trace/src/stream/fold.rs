@@ -49,12 +49,16 @@ struct Pending {
 }
 
 impl Pending {
-    /// A repeat within the window: counted into the latest.
+    /// A repeat within the window: counted into the latest. Repeats do not
+    /// arrive in time order: the kernel's counts are collected after the
+    /// ring is drained, so a repeat still in the ring can be older than the
+    /// newest counted one. The span only widens.
     fn add(&mut self, record: Record) {
         match &mut self.latest {
             Some(folded) => {
                 folded.count += record.count;
-                folded.last_seen = record.time;
+                folded.first_seen = folded.first_seen.min(record.first_seen);
+                folded.last_seen = folded.last_seen.max(record.last_seen);
             }
             None => self.latest = Some(record),
         }
@@ -85,7 +89,9 @@ struct Summary {
     /// The last of them, written with the count.
     last: Record,
     count: u64,
+    /// Their span (as in `Pending::add`, not in time order).
     first_seen: SystemTime,
+    last_seen: SystemTime,
     cgroups: u64,
 }
 
@@ -94,6 +100,7 @@ impl Summary {
         Self {
             count: record.count,
             first_seen: record.first_seen,
+            last_seen: record.last_seen,
             last: record,
             cgroups,
         }
@@ -101,6 +108,8 @@ impl Summary {
 
     fn add(&mut self, record: Record) {
         self.count += record.count;
+        self.first_seen = self.first_seen.min(record.first_seen);
+        self.last_seen = self.last_seen.max(record.last_seen);
         self.last = record;
     }
 
@@ -108,7 +117,7 @@ impl Summary {
         let mut record = self.last;
         record.count = self.count;
         record.first_seen = self.first_seen;
-        record.last_seen = record.time;
+        record.last_seen = self.last_seen;
         record.kind = RecordKind::Summary {
             cgroups: self.cgroups,
         };
@@ -367,6 +376,50 @@ mod tests {
             folded[0].last_seen,
             SystemTime::UNIX_EPOCH + Duration::from_secs(10)
         );
+    }
+
+    #[test]
+    fn repeats_out_of_time_order_widen_the_span_and_never_invert_it() {
+        let mut folder = Folder::new(Duration::from_secs(3600), Budget::UNLIMITED);
+        assert!(folder.admit(denial(b"a", 1)).is_some());
+        // The kernel's counted repeats up to second 9, then a repeat from
+        // second 5 that was still in the ring, then one more counted batch.
+        let mut counted = denial(b"a", 9);
+        counted.count = 40;
+        assert!(folder.admit_repeats(counted).is_none());
+        assert!(folder.admit(denial(b"a", 5)).is_none());
+        let mut counted = denial(b"a", 7);
+        counted.count = 2;
+        assert!(folder.admit_repeats(counted).is_none());
+        let folded = folder.due(true);
+        assert_eq!(folded.len(), 1);
+        assert_eq!(folded[0].count, 43);
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(folded[0].first_seen, at(5));
+        assert_eq!(folded[0].last_seen, at(9));
+    }
+
+    #[test]
+    fn a_summary_spans_its_records_whatever_their_order() {
+        let budget = Budget {
+            per_cgroup: 1,
+            total: 0,
+        };
+        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        assert!(folder.admit(denial(b"a", 1)).is_some());
+        for (comm, at) in [(b"b", 8), (b"c", 3), (b"d", 6)] {
+            assert!(folder.admit(denial(comm, at)).is_none());
+        }
+        let summary: Vec<Record> = folder
+            .due(true)
+            .into_iter()
+            .filter(|r| matches!(r.kind, RecordKind::Summary { .. }))
+            .collect();
+        assert_eq!(summary.len(), 1);
+        assert_eq!(summary[0].count, 3);
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(summary[0].first_seen, at(3));
+        assert_eq!(summary[0].last_seen, at(8));
     }
 
     #[test]

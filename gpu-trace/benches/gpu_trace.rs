@@ -309,6 +309,16 @@ fn median_and_spread(mut values: Vec<f64>) -> (f64, f64, f64) {
     (median, values[0], values[values.len() - 1])
 }
 
+/// One configuration's row: the median of its figures (under `unit`) and
+/// of its ratios to their paired baselines, each with its spread.
+fn paired_entry(config: &str, unit: &str, pairs: Vec<(f64, f64)>) -> Value {
+    let (values, ratios): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+    let (median, lo, hi) = median_and_spread(values);
+    let (ratio, ratio_lo, ratio_hi) = median_and_spread(ratios);
+    json!({ "config": config, unit: median, "min": lo, "max": hi,
+            "ratio": ratio, "ratio_min": ratio_lo, "ratio_max": ratio_hi })
+}
+
 fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     let out_file = scene.regular_file.with_file_name("watch.jsonl");
     let mut targets: Vec<(&str, &Path, Option<&Path>)> = vec![
@@ -443,13 +453,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             json!({ "config": "baseline (nothing attached)", "ns_per_open": base, "min": base_lo, "max": base_hi, "ratio": 1.0 }),
         ];
         for ((config, _), values) in configs.iter().zip(runs) {
-            let (ns, ratios): (Vec<f64>, Vec<f64>) = values.into_iter().unzip();
-            let (median, lo, hi) = median_and_spread(ns);
-            let (ratio, ratio_lo, ratio_hi) = median_and_spread(ratios);
-            entries.push(
-                json!({ "config": config, "ns_per_open": median, "min": lo, "max": hi,
-                                 "ratio": ratio, "ratio_min": ratio_lo, "ratio_max": ratio_hi }),
-            );
+            entries.push(paired_entry(config, "ns_per_open", values));
         }
         rows.push(
             json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel,
@@ -731,13 +735,7 @@ fn workload(settings: &Settings, work: &Path, scene: &Scene) -> Value {
                 let ms = measure();
                 pairs.push((ms, ms / base));
             }
-            let (ms, ratios): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
-            let (median, lo, hi) = median_and_spread(ms);
-            let (ratio, ratio_lo, ratio_hi) = median_and_spread(ratios);
-            entries.push(
-                json!({ "config": config, "ms": median, "min": lo, "max": hi,
-                                 "ratio": ratio, "ratio_min": ratio_lo, "ratio_max": ratio_hi }),
-            );
+            entries.push(paired_entry(config, "ms", pairs));
         }
         rows.push(json!({ "workload": name, "configs": entries }));
     }

@@ -303,8 +303,13 @@ mod tests {
         },
     };
 
-    fn denial(comm: &[u8], at: u64) -> Record {
-        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(at);
+    /// `seconds` after the epoch: the tests' clock.
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    fn denial(comm: &[u8], seconds: u64) -> Record {
+        let time = at(seconds);
         Record {
             access: DeviceAccess {
                 boot_ns: 0,
@@ -368,14 +373,8 @@ mod tests {
         let folded = folder.due(true);
         assert_eq!(folded.len(), 1);
         assert_eq!(folded[0].count, 9);
-        assert_eq!(
-            folded[0].first_seen,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(2)
-        );
-        assert_eq!(
-            folded[0].last_seen,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(10)
-        );
+        assert_eq!(folded[0].first_seen, at(2));
+        assert_eq!(folded[0].last_seen, at(10));
     }
 
     #[test]
@@ -394,7 +393,6 @@ mod tests {
         let folded = folder.due(true);
         assert_eq!(folded.len(), 1);
         assert_eq!(folded[0].count, 43);
-        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         assert_eq!(folded[0].first_seen, at(5));
         assert_eq!(folded[0].last_seen, at(9));
     }
@@ -417,7 +415,6 @@ mod tests {
             .collect();
         assert_eq!(summary.len(), 1);
         assert_eq!(summary[0].count, 3);
-        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         assert_eq!(summary[0].first_seen, at(3));
         assert_eq!(summary[0].last_seen, at(8));
     }

@@ -1,12 +1,14 @@
 //! The syscall the current thread is in, and its path argument, read from
 //! the user registers the kernel saved at syscall entry: how an access seen
 //! outside a traced open call (mknod, or every access with
-//! --device-hook-only) still gets its path.
+//! --device-hook-only) still gets its path, and how the device hook knows
+//! that an open's exit will come where nothing runs at its entry.
 //!
-//! x86_64 only. The registers sit at the top of the task's kernel stack
-//! (`task_pt_regs()`); neither helper that finds them (`bpf_task_pt_regs`)
-//! nor CO-RE is open to a cgroup_device program, so userspace works out
-//! where they are from the kernel's BTF (see kernel_btf.rs and tracer.rs).
+//! x86_64 kernels only (64-bit, x32 and 32-bit processes). The registers
+//! sit at the top of the task's kernel stack (`task_pt_regs()`); neither
+//! helper that finds them (`bpf_task_pt_regs`) nor CO-RE is open to a
+//! cgroup_device program, so userspace works out where they are from the
+//! kernel's BTF (see kernel_btf.rs and tracer.rs).
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
 use gpu_trace_common::{
@@ -17,14 +19,21 @@ use gpu_trace_common::{
 use crate::maps::{PT_REGS_OFFSET, TASK_STACK_OFFSET};
 
 /// Offsets in `struct pt_regs`.
+const BX: u64 = 5 * 8;
+const CX: u64 = 11 * 8;
 const SI: u64 = 13 * 8;
 const DI: u64 = 14 * 8;
 const ORIG_AX: u64 = 15 * 8;
+const IP: u64 = 16 * 8;
 const CS: u64 = 17 * 8;
-/// The code segment of 64-bit user mode (`__USER_CS`). A 32-bit process
-/// (0x23) numbers its syscalls and passes its arguments differently, and a
-/// wrong guess of where the registers are reads something else here.
+/// The code segments of 64-bit (`__USER_CS`) and 32-bit (`__USER32_CS`)
+/// user mode: they number their syscalls and pass their arguments
+/// differently, and a wrong guess of where the registers are reads
+/// something else here.
 const USER_CS_64: u64 = 0x33;
+const USER_CS_32: u64 = 0x23;
+/// x32 processes run 64-bit code and set this bit in the syscall number.
+const X32_SYSCALL_BIT: u64 = 0x4000_0000;
 
 /// Which argument register holds the path, by x86_64 syscall number: the
 /// calls that can reach the device check with a path.
@@ -44,9 +53,26 @@ fn path_argument(nr: u64) -> Option<(u16, u64)> {
     }
 }
 
+/// The same for 32-bit processes (i386 numbers; bx, cx, dx carry the arguments).
+#[inline(always)]
+fn path_argument_32(nr: u64) -> Option<(u16, u64)> {
+    match nr {
+        5 => Some((SYSCALL_OPEN, BX)),
+        8 => Some((SYSCALL_CREAT, BX)),
+        14 => Some((SYSCALL_MKNOD, BX)),
+        33 => Some((SYSCALL_ACCESS, BX)),
+        295 => Some((SYSCALL_OPENAT, CX)),
+        297 => Some((SYSCALL_MKNODAT, CX)),
+        307 => Some((SYSCALL_FACCESSAT, CX)),
+        437 => Some((SYSCALL_OPENAT2, CX)),
+        439 => Some((SYSCALL_FACCESSAT2, CX)),
+        _ => None,
+    }
+}
+
 /// The current syscall (`SYSCALL_*`) and the user address of its path
-/// argument; None when the thread is in none of the syscalls above
-/// (io_uring), is a 32-bit process, or the registers cannot be found.
+/// argument; None when the thread is in none of the syscalls above, is an
+/// io_uring worker, or the registers cannot be found.
 #[inline(always)]
 pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let stack_offset = u64::from(TASK_STACK_OFFSET.load());
@@ -59,9 +85,22 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let stack: u64 = unsafe { bpf_probe_read_kernel((task + stack_offset) as *const u64) }.ok()?;
     let regs = stack + u64::from(PT_REGS_OFFSET.load());
     let read = |field: u64| unsafe { bpf_probe_read_kernel((regs + field) as *const u64) }.ok();
-    if read(CS)? & 0xffff != USER_CS_64 {
+    // io_uring's workers (io-wq, SQPOLL) start with a copy of their
+    // creator's registers, whatever syscall it was in then, and ip 0.
+    if read(IP)? == 0 {
         return None;
     }
-    let (syscall, register) = path_argument(read(ORIG_AX)?)?;
-    Some((syscall, read(register)?))
+    let nr = read(ORIG_AX)?;
+    match read(CS)? & 0xffff {
+        USER_CS_64 => {
+            let (syscall, register) = path_argument(nr & !X32_SYSCALL_BIT)?;
+            Some((syscall, read(register)?))
+        }
+        USER_CS_32 => {
+            let (syscall, register) = path_argument_32(nr)?;
+            // A 32-bit process's argument is a 32-bit address.
+            Some((syscall, read(register)? & 0xffff_ffff))
+        }
+        _ => None,
+    }
 }

@@ -26,7 +26,8 @@ const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-2
 /// What the kernel tests drive besides gpu-trace: real LXC and runc
 /// containers with a busybox root filesystem, whose device policies the
 /// runtimes generate themselves.
-const TEST_PACKAGES: [&str; 3] = ["lxc", "runc", "busybox-static"];
+/// gcc-multilib: the 32-bit process of the kernel tests (open32.c).
+const TEST_PACKAGES: [&str; 4] = ["lxc", "runc", "busybox-static", "gcc-multilib"];
 
 /// `cargo ARGS` that builds and runs the kernel tests (gpu-trace/tests/kernel).
 pub(crate) const KERNEL_TESTS: [&str; 5] = ["test", "--package", "gpu-trace", "--test", "kernel"];

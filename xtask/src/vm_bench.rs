@@ -11,7 +11,6 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
@@ -20,14 +19,13 @@ use clap::ValueEnum;
 use serde_json::Value;
 
 use crate::{
-    apt_install, run_checked,
+    apt_install,
     vm_test::{
         boot_guest, build_static, cargo_executable, copy_with_libraries, fresh_root,
         install_busybox, install_qemu, kernel_complaints, kernel_image, newer_than_all,
-        pack_initramfs_tree, print_console_tail, vm_dir, write_if_changed, Series, BUSYBOX,
-        GUEST_MOUNTS,
+        pack_initramfs_tree, print_console_tail, static_c_program, vm_dir, write_if_changed,
+        Series, BUSYBOX, GUEST_MOUNTS,
     },
-    workspace,
 };
 
 /// How long one kernel's bench may take from boot to power-off.
@@ -129,17 +127,7 @@ fn bench_initramfs(quick: bool) -> anyhow::Result<PathBuf> {
 
 /// The bench's C open loop, linked statically: the guest has no compiler.
 fn static_open_loop(dir: &Path) -> anyhow::Result<PathBuf> {
-    let source = workspace().join("gpu-trace/benches/open_loop.c");
-    let binary = dir.join("open_loop");
-    if !newer_than_all(&binary, &[&source])? {
-        run_checked(
-            Command::new("cc")
-                .args(["-O2", "-static", "-o"])
-                .arg(&binary)
-                .arg(&source),
-        )?;
-    }
-    Ok(binary)
+    static_c_program("gpu-trace/benches/open_loop.c", &dir.join("open_loop"), &[])
 }
 
 /// One kernel: boot, let the bench run, and take its JSON from the second

@@ -124,6 +124,7 @@ step() {
 step selftest gpu-trace selftest
 step selftest-observer gpu-trace selftest --hook observer
 export GPU_TRACE_BIN=/bin/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
+export GPU_TRACE_C_PROGRAMS=/bin
 # promtool's checks do not depend on the kernel: they run natively only.
 export GPU_TRACE_PROMTOOL=native-only
 echo "gpu-trace-vm: note: not run in the guest (LXC and runc are not in the initramfs): @SKIPS@"
@@ -394,15 +395,56 @@ pub(crate) fn bash(script: &str) -> Command {
 pub(crate) struct GuestBinaries {
     pub gpu_trace: PathBuf,
     pub kernel_tests: PathBuf,
+    /// The kernel tests' C programs (GPU_TRACE_C_PROGRAMS), by file name.
+    pub c_programs: Vec<PathBuf>,
 }
 
-/// gpu-trace and the kernel-test binary, linked statically for the guest.
+/// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 2] = [("open32", &["-m32"]), ("uring_open", &[])];
+
+/// gpu-trace, the kernel-test binary and the tests' C programs, linked
+/// statically for the guest.
 pub(crate) fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
     let messages = build_static(&KERNEL_TESTS)?;
+    apt_install(&["gcc-multilib"])?;
     Ok(GuestBinaries {
         gpu_trace: cargo_executable(&messages, "bin", "gpu-trace")?,
         kernel_tests: cargo_executable(&messages, "test", "kernel")?,
+        c_programs: KERNEL_TEST_C_PROGRAMS
+            .iter()
+            .map(|(name, flags)| {
+                static_c_program(
+                    &format!("gpu-trace/tests/kernel/{name}.c"),
+                    &vm_dir().join("c-programs").join(name),
+                    flags,
+                )
+            })
+            .collect::<anyhow::Result<_>>()?,
     })
+}
+
+/// A C program of the workspace (`source`, relative to it) linked
+/// statically to `binary`, again only when the source changed: the guests
+/// have no compiler.
+pub(crate) fn static_c_program(
+    source: &str,
+    binary: &Path,
+    flags: &[&str],
+) -> anyhow::Result<PathBuf> {
+    let source = workspace().join(source);
+    if !newer_than_all(binary, &[&source])? {
+        if let Some(dir) = binary.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        run_checked(
+            Command::new("cc")
+                .args(flags)
+                .args(["-O2", "-static", "-o"])
+                .arg(binary)
+                .arg(&source),
+        )?;
+    }
+    Ok(binary.to_path_buf())
 }
 
 /// Runs `cargo ARGS --no-run` for the static target (the guests have no
@@ -467,6 +509,7 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
         &init,
         &xtask,
     ];
+    inputs.extend(binaries.c_programs.iter().map(PathBuf::as_path));
     inputs.extend(HOST_TOOLS.map(Path::new));
     if newer_than_all(&initramfs, &inputs)? {
         return Ok(initramfs);
@@ -479,6 +522,10 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     }
     fs::copy(&binaries.gpu_trace, root.join("bin/gpu-trace"))?;
     fs::copy(&binaries.kernel_tests, root.join("bin/kernel-tests"))?;
+    for program in &binaries.c_programs {
+        let name = program.file_name().context("a C program's file name")?;
+        fs::copy(program, root.join("bin").join(name))?;
+    }
     pack_initramfs_tree(&root, &init, &initramfs)?;
     Ok(initramfs)
 }

@@ -468,3 +468,39 @@ pub fn scrape_accepting(addr: &str, accept: &str) -> String {
         .read_to_string()
         .expect("body")
 }
+
+/// A small static C program of tests/kernel (`NAME.c`): from the directory
+/// GPU_TRACE_C_PROGRAMS where they were built beforehand (the guests have
+/// no compiler), else built here with `cc -static FLAGS` (gcc-multilib for
+/// -m32). None, said, when neither works.
+pub fn c_program(test: &str, name: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
+    if let Some(dir) = std::env::var_os("GPU_TRACE_C_PROGRAMS") {
+        return Some(std::path::Path::new(&dir).join(name));
+    }
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/kernel")
+        .join(format!("{name}.c"));
+    let binary = std::env::temp_dir().join(format!("gpu-trace-{name}-{}", std::process::id()));
+    let built = Command::new("cc")
+        .args(flags)
+        .args(["-static", "-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output();
+    match built {
+        Ok(out) if out.status.success() => Some(binary),
+        Ok(out) => {
+            let why = format!(
+                "cc {} -static {name}.c failed (gcc-multilib for -m32): {}",
+                flags.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            crate::skip::cannot_run(test, &why);
+            None
+        }
+        Err(e) => {
+            crate::skip::cannot_run(test, &format!("no C compiler: {e}"));
+            None
+        }
+    }
+}

@@ -106,6 +106,136 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
 }
 
 #[test]
+fn a_32_bit_process_denied_is_reported_once_with_its_path() {
+    let Some(host) = kernel_test("a_32_bit_process_denied_is_reported_once") else {
+        return;
+    };
+    let Some(open32) = c_program(
+        "a_32_bit_process_denied_is_reported_once",
+        "open32",
+        &["-m32"],
+    ) else {
+        return;
+    };
+    let incident = Incident::new(&host, "compat");
+    let path = incident.nodes.path("nvidia-uvm");
+    // The route the host gets by default, and the full picture: 32-bit
+    // syscalls pass no syscall tracepoint, and with fexit on the open
+    // function the device hook finds the call from the saved registers,
+    // which a 32-bit process fills in its own way.
+    for route in ["auto", "full"] {
+        let watcher = Watcher::start(&[
+            "--format",
+            "json",
+            "--opens",
+            route,
+            "--fold",
+            "0",
+            "--major",
+            &incident.uvm_major.to_string(),
+        ]);
+        let mut command = Command::new(&open32);
+        command.arg(&path);
+        let _procs =
+            gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
+                .expect("place the 32-bit process");
+        let mut child = command.spawn().expect("start the 32-bit process");
+        let pid = child.id();
+        let status = child.wait().expect("wait for the 32-bit process");
+        assert_eq!(status.code(), Some(libc::EPERM), "the policy denies it");
+        let events = watcher.wait_for_events(pid, 1);
+        let (status, stderr) = watcher.stop();
+        assert!(status.success(), "{route}: {stderr:#?}");
+        assert!(
+            stderr
+                .iter()
+                .any(|l| l.contains("events 1, denied 1, lost 0")),
+            "{route}: one event, not two: {stderr:#?}"
+        );
+        assert_eq!(events.len(), 1, "{route}: {events:#?}");
+        let event = &events[0];
+        assert_eq!(
+            event["path"],
+            path.to_str().expect("utf-8"),
+            "{route}: {event:#}"
+        );
+        assert_eq!(event["syscall"], "openat", "{route}: {event:#}");
+        assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");
+        assert_eq!(event["verdict"], "denied", "{route}: {event:#}");
+        if fexit_expected() {
+            assert_eq!(event["errno"], "EPERM", "{route}: {event:#}");
+        }
+    }
+}
+
+#[test]
+fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
+    let Some(host) = kernel_test("a_denied_open_by_io_urings_worker") else {
+        return;
+    };
+    // Before 5.12 io_uring's workers were kernel threads outside the
+    // submitter's cgroup: its device policy did not apply to them.
+    if aya::util::KernelVersion::current().expect("kernel version")
+        < aya::util::KernelVersion::new(5, 12, 0)
+    {
+        eprintln!(
+            "a_denied_open_by_io_urings_worker: not applicable: this kernel's io_uring workers are kernel threads outside the cgroup"
+        );
+        return;
+    }
+    let Some(uring_open) = c_program("a_denied_open_by_io_urings_worker", "uring_open", &[]) else {
+        return;
+    };
+    let incident = Incident::new(&host, "uring");
+    let path = incident.nodes.path("nvidia-uvm");
+    // A worker is a thread of the submitter in no open syscall: its saved
+    // registers are a copy of the submitter's. The device hook must report
+    // it at once, not leave it for an open's exit that never comes.
+    for route in ["auto", "full"] {
+        let watcher = Watcher::start(&[
+            "--format",
+            "json",
+            "--opens",
+            route,
+            "--fold",
+            "0",
+            "--major",
+            &incident.uvm_major.to_string(),
+        ]);
+        let mut command = Command::new(&uring_open);
+        command.arg(&path);
+        let _procs =
+            gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
+                .expect("place the io_uring process");
+        let mut child = command.spawn().expect("start the io_uring process");
+        let pid = child.id();
+        let status = child.wait().expect("wait for the io_uring process");
+        assert_eq!(
+            status.code(),
+            Some(libc::EPERM),
+            "the policy denies the worker"
+        );
+        let events = watcher.wait_for_events(pid, 1);
+        let (status, stderr) = watcher.stop();
+        assert!(status.success(), "{route}: {stderr:#?}");
+        assert!(
+            stderr
+                .iter()
+                .any(|l| l.contains("events 1, denied 1, lost 0")),
+            "{route}: {stderr:#?}"
+        );
+        assert_eq!(events.len(), 1, "{route}: {events:#?}");
+        let event = &events[0];
+        assert_ne!(event["tid"], pid, "{route}: a worker thread: {event:#}");
+        assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");
+        assert_eq!(event["verdict"], "denied", "{route}: {event:#}");
+        // Not an open syscall: no path from the copied registers.
+        assert!(event["syscall"].is_null(), "{route}: {event:#}");
+        assert!(event["path"].is_null(), "{route}: {event:#}");
+    }
+}
+
+#[test]
 fn allowed_access_is_reported_only_with_all() {
     let Some(host) = kernel_test("allowed_access_is_reported_only_with_all") else {
         return;

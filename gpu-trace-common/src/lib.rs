@@ -20,9 +20,8 @@ pub mod program {
     pub const EXIT_OPENAT2: &str = "exit_openat2";
     pub const ENTER_OPEN: &str = "enter_open";
     pub const EXIT_OPEN: &str = "exit_open";
-    /// fentry and fexit on `OPEN_FUNCTION`: the open calls' path and result
-    /// where the kernel has BPF trampolines, without syscall tracepoints.
-    pub const OPEN_FUNCTION_ENTRY: &str = "open_function_entry";
+    /// fexit on `OPEN_FUNCTION`: the open calls' path and result where the
+    /// kernel has BPF trampolines, without syscall tracepoints.
     pub const OPEN_FUNCTION_EXIT: &str = "open_function_exit";
     /// The kernel function every open, openat, openat2 and creat goes through.
     pub const OPEN_FUNCTION: &str = "do_sys_openat2";
@@ -32,14 +31,13 @@ pub mod program {
     pub const NOTE_CGROUP_MKDIR: &str = "note_cgroup_mkdir";
 
     pub const DEVICE_HOOKS: [&str; 3] = [CHECK_PERMISSION_EXIT, OBSERVER, OBSERVER_ERRNO];
-    pub const OPEN_CALLS: [&str; 8] = [
+    pub const OPEN_CALLS: [&str; 7] = [
         ENTER_OPENAT,
         EXIT_OPENAT,
         ENTER_OPENAT2,
         EXIT_OPENAT2,
         ENTER_OPEN,
         EXIT_OPEN,
-        OPEN_FUNCTION_ENTRY,
         OPEN_FUNCTION_EXIT,
     ];
     pub const OTHERS: [&str; 3] = [FOLLOW_FORK, FOLLOW_EXIT, NOTE_CGROUP_MKDIR];
@@ -63,10 +61,9 @@ pub mod map {
     pub const LAST_DEVICE_CHECK: &str = "LAST_DEVICE_CHECK";
     /// Paths of the cgroup2 directories made since start, by cgroup id.
     pub const CGROUP_PATHS: &str = "CGROUP_PATHS";
-    /// One flag, non-zero once an open route (tracepoints or fentry/fexit)
-    /// is attached: the device hook then looks for the call in flight.
-    /// A map rather than a load-time global: the route is chosen after the
-    /// device hook is loaded.
+    /// One value, `OPEN_CALLS_*`: which open route is attached, so that the
+    /// device hook knows where to leave what it saw. A map rather than a
+    /// load-time global: the route is chosen after the device hook is loaded.
     pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
     /// Problems folded in the kernel: `RepeatKey` to `RepeatCount`.
     pub const REPEATS: &str = "REPEATS";
@@ -106,6 +103,24 @@ pub mod global {
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
 }
+
+/// `OPEN_CALLS_TRACED` values. No open route: the device hook reports at once.
+pub const OPEN_CALLS_UNTRACED: u8 = 0;
+/// The syscall tracepoints: each call's entry is stashed by thread, and the
+/// device hook fills in the entry of the call in flight.
+pub const OPEN_CALLS_BY_ENTRY: u8 = 1;
+/// fexit on the open function alone: nothing runs at entry. The device
+/// hook leaves a sighting worth reporting for the exit, found by thread
+/// and path pointer; every other open costs the exit a comparison.
+pub const OPEN_CALLS_BY_RESULT: u8 = 2;
+
+/// `WATCHED_MAJORS` values, by char major. A major no driver has registered
+/// (a stale node's): its open fails with ENXIO, which is worth its number.
+pub const MAJOR_NO_DRIVER: u8 = 0;
+/// A GPU driver's major (or one given with --major): reported.
+pub const MAJOR_WATCHED: u8 = 1;
+/// Another driver's major (/dev/null, ttys, disks): ignored at once.
+pub const MAJOR_OTHER_DRIVER: u8 = 2;
 
 /// Capacity of the per-thread table of open calls in flight.
 pub const IN_FLIGHT_CAPACITY: u32 = 16384;

@@ -7,12 +7,16 @@ use aya_ebpf::helpers::{
     bpf_ktime_get_boot_ns,
 };
 use gpu_trace_common::{
-    EventHead, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
+    EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS, MAJOR_NO_DRIVER, MAJOR_WATCHED,
+    OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_CREAT,
+    SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
     events,
-    maps::{current_is_followed, is_watched, open_calls_traced, report_allowed, IN_FLIGHT},
+    maps::{
+        current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
+    },
     syscall_regs::syscall_path_argument,
 };
 
@@ -32,13 +36,84 @@ pub struct DeviceCheck {
 pub fn record(check: &DeviceCheck) {
     // Without an open route no call is ever in flight: skip the hash
     // lookup, which every device open would pay.
-    if open_calls_traced() && handed_to_open_call(check) {
-        return;
+    match open_calls_traced() {
+        OPEN_CALLS_BY_ENTRY => {
+            if handed_to_open_call(check) {
+                return;
+            }
+        }
+        OPEN_CALLS_BY_RESULT => {
+            left_for_open_exit(check);
+            return;
+        }
+        _ => {}
     }
     if !is_watched(check.dev_type, check.major) || !current_is_followed() {
         return;
     }
-    report_now(check);
+    report_now(check, syscall_path_argument());
+}
+
+/// With fexit alone on the open function: a sighting the open's exit could
+/// report is left for it, by thread, with the path pointer that exit will
+/// hold; the rest (every /dev/null) cost a load and a comparison. Outside
+/// an open call it is reported now.
+#[inline(always)]
+fn left_for_open_exit(check: &DeviceCheck) {
+    let class = major_class(check.dev_type, check.major);
+    let watched = class == MAJOR_WATCHED;
+    // A denial, a watched device, or a major no driver has: the exit
+    // reports it if the open fails with a GPU node's errno (or, with
+    // report_allowed, succeeds).
+    if check.verdict == 0 && !watched && class != MAJOR_NO_DRIVER {
+        return;
+    }
+    if !current_is_followed() {
+        return;
+    }
+    let regs = syscall_path_argument();
+    let in_open = matches!(
+        regs,
+        Some((
+            SYSCALL_OPEN | SYSCALL_OPENAT | SYSCALL_OPENAT2 | SYSCALL_CREAT,
+            _
+        ))
+    );
+    match regs {
+        Some((syscall, path_ptr)) if in_open => {
+            let mut call = OpenInFlight::entered(path_ptr, syscall, 0);
+            fill_in(&mut call, check, watched);
+            if !watched {
+                // The exit checks every sighting's age (see open_calls.rs).
+                // SAFETY: a helper without arguments.
+                call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+            }
+            // Per thread, replaced by the next (LRU: never full for good).
+            let _ = IN_FLIGHT.insert(bpf_get_current_pid_tgid() as u32, call, 0);
+        }
+        _ if watched => report_now(check, regs),
+        _ => {}
+    }
+}
+
+/// The device fields of `call` from `check`; thread, cgroup, user and time
+/// only for a watched device (every char device open may come here, and
+/// each helper call costs).
+#[inline(always)]
+fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool) {
+    call.major = check.major;
+    call.minor = check.minor;
+    call.access = check.access;
+    call.dev_type = check.dev_type;
+    call.hook_verdict = check.verdict;
+    call.seen = SEEN_DEVICE;
+    if watched {
+        // SAFETY: helpers without arguments.
+        call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
+        call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+        call.uid = bpf_get_current_uid_gid() as u32;
+        call.seen |= SEEN_WATCHED;
+    }
 }
 
 /// Inside a traced open call: leaves the details for its exit; false outside one.
@@ -57,35 +132,22 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
     if let Some(call) = in_call {
         // SAFETY: as above.
         let call = unsafe { &mut *call };
-        call.major = check.major;
-        call.minor = check.minor;
-        call.access = check.access;
-        call.dev_type = check.dev_type;
-        call.hook_verdict = check.verdict;
-        call.seen = SEEN_DEVICE;
-        // The rest only for watched devices: every char device open (a tty,
-        // /dev/null) passes here, and each helper call costs.
-        if is_watched(check.dev_type, check.major) {
-            // SAFETY: helpers without arguments.
-            call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
-            call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-            call.uid = bpf_get_current_uid_gid() as u32;
-            call.seen |= SEEN_WATCHED;
-        }
+        fill_in(call, check, is_watched(check.dev_type, check.major));
         return true;
     }
     false
 }
 
+/// `regs`: the syscall and path argument, as syscall_path_argument found them.
 #[inline(always)]
-fn report_now(check: &DeviceCheck) {
+fn report_now(check: &DeviceCheck, regs: Option<(u16, u64)>) {
     // Outside a traced open (mknod, io_uring, or every access when no open
     // route is attached): report it now.
     if check.verdict == 0 && !report_allowed() {
         return;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let (syscall, path, flags) = match syscall_path_argument() {
+    let (syscall, path, flags) = match regs {
         Some((syscall, path)) => (syscall, path, FLAG_DEVICE_SEEN | FLAG_PATH_FROM_REGS),
         None => (SYSCALL_NONE, 0, FLAG_DEVICE_SEEN),
     };

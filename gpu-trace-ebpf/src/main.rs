@@ -1,14 +1,16 @@
 //! gpu-trace's kernel side.
 //!
-//! Data flows one way: an open call's entry stashes its path pointer per
-//! thread (`open_calls`, entered from the syscall tracepoints or from
-//! fentry/fexit on the kernel's open function, `open_function`), the device
-//! hook fills in what it saw and its verdict (`device_check`, from `fexit`
-//! or an `observer`), and the call's exit joins both with the errno into
-//! one event on the ring buffer. Without an open route the device hook
-//! reports at once, the path read from the syscall's saved registers
-//! (`syscall_regs`). Userspace loads one device hook: the first of fexit, the observer, the
-//! errno observer that the kernel accepts.
+//! Data flows one way: the device hook sees a device check and its verdict
+//! (`device_check`, from `fexit` or an `observer`); an open call's exit
+//! joins what it saw with the path and the errno into one event on the ring
+//! buffer (`open_calls`). With the syscall tracepoints, the call's entry
+//! stashes its path pointer per thread and the device hook fills that in;
+//! with fexit on the kernel's open function (`open_function`), nothing runs
+//! at entry and the device hook leaves what is worth reporting by thread.
+//! Without an open route the device hook reports at once, the path read
+//! from the syscall's saved registers (`syscall_regs`). Userspace loads one
+//! device hook: the first of fexit, the observer, the errno observer that
+//! the kernel accepts.
 #![no_std]
 #![no_main]
 // The atomic add of fold.rs: the BPF target has no core atomics with

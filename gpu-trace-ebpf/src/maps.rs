@@ -9,15 +9,16 @@ use aya_ebpf::{
 use gpu_trace_common::{
     CgroupPath, LastDeviceCheck, OpenInFlight, RepeatCount, RepeatKey, CGROUP_PATHS_CAPACITY,
     DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY,
-    LAST_DEVICE_CHECK_CAPACITY, MAJOR_LIMIT, REPEATS_CAPACITY,
+    LAST_DEVICE_CHECK_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER, MAJOR_WATCHED,
+    OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
 };
 
 /// Finished events for userspace.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
 
-/// Char majors to report (non-zero at the major's index); userspace adds
-/// majors as drivers register them.
+/// What each char major is (`MAJOR_*` at the major's index): userspace
+/// keeps it in step with the drivers registered.
 #[map]
 pub static WATCHED_MAJORS: Array<u8> = Array::with_max_entries(MAJOR_LIMIT, 0);
 
@@ -35,7 +36,7 @@ pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
 pub static REPEATS: HashMap<RepeatKey, RepeatCount> =
     HashMap::with_max_entries(REPEATS_CAPACITY, 0);
 
-/// Set by userspace once an open route is attached.
+/// Which open route is attached (`OPEN_CALLS_*`), set by userspace.
 #[map]
 pub static OPEN_CALLS_TRACED: Array<u8> = Array::with_max_entries(1, 0);
 
@@ -102,20 +103,33 @@ pub fn verdict_from_errno() -> bool {
     flag(&VERDICT_FROM_ERRNO)
 }
 
-/// Is an open route attached (see gpu_trace_common::map::OPEN_CALLS_TRACED)?
+/// The open route attached (`OPEN_CALLS_*`, see gpu_trace_common::map::OPEN_CALLS_TRACED).
 /// An array lookup, which the verifier inlines to a plain load.
 #[inline(always)]
-pub fn open_calls_traced() -> bool {
-    OPEN_CALLS_TRACED.get(0).is_some_and(|flag| *flag != 0)
+pub fn open_calls_traced() -> u8 {
+    OPEN_CALLS_TRACED
+        .get(0)
+        .map_or(OPEN_CALLS_UNTRACED, |route| *route)
+}
+
+/// `MAJOR_*` of a device: a block device counts as another driver's.
+#[inline(always)]
+pub fn major_class(dev_type: u16, major: u32) -> u8 {
+    if watch_all_devices() {
+        return MAJOR_WATCHED;
+    }
+    if dev_type != DEV_TYPE_CHAR {
+        return MAJOR_OTHER_DRIVER;
+    }
+    WATCHED_MAJORS
+        .get(major)
+        .map_or(MAJOR_OTHER_DRIVER, |class| *class)
 }
 
 /// Is this a device to report: a watched char major, or any with --all-devices?
 #[inline(always)]
 pub fn is_watched(dev_type: u16, major: u32) -> bool {
-    if watch_all_devices() {
-        return true;
-    }
-    dev_type == DEV_TYPE_CHAR && WATCHED_MAJORS.get(major).is_some_and(|flag| *flag != 0)
+    major_class(dev_type, major) == MAJOR_WATCHED
 }
 
 /// Is the current process one to report? Always, unless a tree is followed.

@@ -1,9 +1,11 @@
 //! The open calls' path and result, by either route: the open-family
-//! syscall tracepoints, or fentry/fexit on the kernel's open function
+//! syscall tracepoints, or fexit on the kernel's open function
 //! (`open_function`).
 //!
-//! Entry stashes the path pointer by thread; exit emits an event only when
-//! the device hook marked the call as a watched device access.
+//! With the tracepoints, entry stashes the path pointer by thread and the
+//! device hook fills in the call in flight; with fexit alone, the device
+//! hook leaves a sighting by thread. Either way the exit emits an event for
+//! a watched device access, or a GPU node's failed open.
 
 use aya_ebpf::{
     helpers::{
@@ -82,7 +84,7 @@ pub enum SyscallKnown {
 
 /// The start of an open call: `path_ptr` is the user's path argument.
 #[inline(always)]
-pub fn stash_call(path_ptr: u64, syscall: u16) -> u32 {
+fn stash_call(path_ptr: u64, syscall: u16) -> u32 {
     if !current_is_followed() {
         return 0;
     }
@@ -114,7 +116,7 @@ pub fn stash_call(path_ptr: u64, syscall: u16) -> u32 {
 
 /// The end of an open call, with its return value (a negative errno on failure).
 #[inline(always)]
-pub fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
+fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) else {
@@ -131,6 +133,79 @@ pub fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
     if verdict_from_errno() {
         claim_device_check(&mut call);
     }
+    report_finished(&call, ret, syscall, pid_tgid);
+    0
+}
+
+/// The end of an open call where nothing ran at its entry (fexit alone on
+/// the open function): `path_ptr` is the call's own path argument. The
+/// device hook left what it saw worth reporting by thread (see
+/// device_check::left_for_open_exit).
+#[inline(always)]
+pub fn finish_by_result(ret: i32, path_ptr: u64) {
+    // Nearly every open ends here: a success, or an errno no GPU node's
+    // failure has. Nothing else to do for them.
+    if ret >= 0 {
+        if !report_allowed() {
+            return;
+        }
+    } else if !is_gpu_failure(ret) {
+        return;
+    }
+    if !current_is_followed() {
+        return;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let mut call = OpenInFlight::entered(path_ptr, SYSCALL_OPENAT, 0);
+    // ENOENT, the commonest failure, cannot follow a device check: the path
+    // did not resolve. It takes no sighting, and costs no lookup.
+    let sighting = if ret == ENOENT {
+        None
+    } else {
+        IN_FLIGHT.get_ptr_mut(pid_tgid as u32)
+    };
+    if let Some(sighting) = sighting {
+        // SAFETY: this thread's own entry, taken at most once.
+        let sighting = unsafe { &mut *sighting };
+        if sighting.syscall != SYSCALL_NONE && sighting_is_this_calls(sighting, path_ptr) {
+            call = *sighting;
+        }
+        sighting.syscall = SYSCALL_NONE;
+    }
+    let known = if call.seen == 0 {
+        SyscallKnown::FromRegisters
+    } else {
+        SyscallKnown::Yes
+    };
+    report_finished(&call, ret, known, pid_tgid);
+}
+
+/// A sighting is left by thread, and only opens that fail with a GPU
+/// node's errno (or, with report_allowed, every open) take it: one left by
+/// an open that succeeded may still be there. This call's own has its path
+/// pointer and is recent (a device check is followed by the call's end
+/// within microseconds, except for a driver's own open, which only allowed
+/// sightings reach).
+#[inline(always)]
+fn sighting_is_this_calls(sighting: &OpenInFlight, path_ptr: u64) -> bool {
+    if sighting.path_ptr != path_ptr {
+        return false;
+    }
+    if report_allowed() {
+        // Every open takes its sighting here: none is left behind.
+        return true;
+    }
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    now.wrapping_sub(sighting.boot_ns) < SIGHTING_TTL_NS
+}
+
+/// How old a sighting an open's exit still takes as its own.
+const SIGHTING_TTL_NS: u64 = 1_000_000_000;
+
+/// Reports what an open call saw, if anything is worth it.
+#[inline(always)]
+fn report_finished(call: &OpenInFlight, ret: i32, syscall: SyscallKnown, pid_tgid: u64) {
     let seen = call.seen & SEEN_DEVICE != 0;
     if call.seen & SEEN_WATCHED != 0 {
         // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g.
@@ -139,7 +214,7 @@ pub fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
         let denied = call.hook_verdict != 0 || ret == EPERM || ret == EACCES;
         if denied || report_allowed() {
             emit(
-                &call,
+                call,
                 syscall,
                 pid_tgid,
                 ret,
@@ -151,9 +226,8 @@ pub fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
         // major is not watched or it never reached the device hook: missing
         // (ENOENT), file mode (EACCES), stale major (EPERM, ENXIO).
         let observed = if seen { FLAG_DEVICE_SEEN } else { 0 };
-        emit(&call, syscall, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
+        emit(call, syscall, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
     }
-    0
 }
 
 /// With the errno observer: takes the device check last seen in this

@@ -356,7 +356,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         };
         // The guests have neither bpftrace (LLVM, headers) nor a disk to
         // write to; where trampolines make full the same as auto, they show
-        // what the syscall tracepoints (the route before fentry/fexit) cost.
+        // what the syscall tracepoints (the route before fexit on the open function) cost.
         let host = !settings.guest;
         let configs: Vec<Config> = [
             Some::<Config>((

@@ -274,11 +274,12 @@ pub struct TracerArgs {
     #[arg(long, value_enum, default_value_t = HookChoice::Auto)]
     pub hook: HookChoice,
     /// How open calls' path and result are traced. auto (watch's default):
-    /// fentry/fexit where the kernel has BPF trampolines (only opens pay);
+    /// fexit on the open function where the kernel has BPF trampolines
+    /// (only opens pay);
     /// elsewhere the syscall tracepoints only when this host needs them
     /// (cgroup v1 restrictions, or verdicts from the errno), else none.
     /// full (run's and selftest's default): every open's result, by
-    /// fentry/fexit or else the syscall tracepoints, which make every
+    /// fexit or else the syscall tracepoints, which make every
     /// syscall on the host slower. none: the device hook alone; unseen are
     /// missing nodes (ENOENT), absent drivers (ENXIO), EACCES refusals and,
     /// with the observer, cgroup v1 denials.

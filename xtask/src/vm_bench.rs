@@ -1,5 +1,5 @@
 //! `cargo xtask bench --only guests`: the open-overhead benchmark inside the
-//! matrix's kernels, where watch's default open route is fentry/fexit (this
+//! matrix's kernels, where watch's default open route is fexit on the open function (this
 //! build machine refuses trampolines, so only a guest can measure it).
 //!
 //! Each kernel boots in qemu with a busybox initramfs holding the static

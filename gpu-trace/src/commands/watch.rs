@@ -230,6 +230,7 @@ async fn stream(
                 }
                 if !args.devices.all_devices {
                     watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
+                    tracer.refresh_driver_majors()?;
                 }
             }
             due = ring.drain_due() => {

@@ -21,6 +21,11 @@ impl CharMajors {
         Ok(Self::parse(&fs::read_to_string(path)?))
     }
 
+    /// The running kernel's own list, whatever PROC_DEVICES_ENV says.
+    pub fn read_kernel() -> io::Result<Self> {
+        Ok(Self::parse(&fs::read_to_string("/proc/devices")?))
+    }
+
     pub fn parse(text: &str) -> Self {
         let mut majors = BTreeMap::new();
         let mut in_char_section = false;

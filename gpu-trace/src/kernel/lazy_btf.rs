@@ -1,5 +1,5 @@
 //! The kernel's BTF for aya, read when first needed and then kept: fexit on
-//! the device check and fentry/fexit on the open function both need it,
+//! the device check and fexit on the open function both need it,
 //! and it is 5 MB to parse.
 
 use anyhow::Context;

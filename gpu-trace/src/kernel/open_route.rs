@@ -5,17 +5,18 @@
 //! the device hook is the observer, a cgroup v1 denial.
 //!
 //! Routes, cheapest first:
-//! 1. fentry/fexit on the kernel's open function: only opens pay;
+//! 1. fexit on the kernel's open function: only opens pay, and nothing runs
+//!    at their entry;
 //! 2. the open-family syscall tracepoints: while any syscall tracepoint is
 //!    enabled, every syscall of every task takes the kernel's slow path;
 //! 3. none: the device hook reports each access itself.
 
 use aya::{
     maps::Array,
-    programs::{trace_point::TracePointLink, FEntry, FExit},
+    programs::{trace_point::TracePointLink, FExit},
     Ebpf,
 };
-use gpu_trace_common::{map, program};
+use gpu_trace_common::{map, program, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT};
 
 use crate::{
     host::{preflight::Unsupported, v1_device_limits::V1DeviceLimits},
@@ -29,16 +30,16 @@ use crate::{
 /// The user's choice.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum OpensChoice {
-    /// The cheapest route that sees what this host can deny: fentry/fexit
-    /// where the kernel has trampolines; otherwise the syscall tracepoints
+    /// The cheapest route that sees what this host can deny: fexit on the
+    /// open function where the kernel has trampolines; otherwise the syscall tracepoints
     /// only when the device hook needs them (cgroup v1 restrictions, or
     /// verdicts from the errno), else none. `watch`'s default.
     #[default]
     Auto,
-    /// Every open's result, whatever it costs: fentry/fexit, else the
-    /// syscall tracepoints. `run`'s and `selftest`'s default.
+    /// Every open's result, whatever it costs: fexit on the open function,
+    /// else the syscall tracepoints. `run`'s and `selftest`'s default.
     Full,
-    /// fentry/fexit on the open function, or stop (exit status 6).
+    /// fexit on the open function, or stop (exit status 6).
     Fexit,
     /// The syscall tracepoints.
     Tracepoints,
@@ -117,7 +118,7 @@ pub fn attach(
     btf: &mut LazyBtf,
 ) -> anyhow::Result<OpenRouteAttached> {
     let mut hooks = Vec::new();
-    let function = || format!("fentry/fexit {}", program::OPEN_FUNCTION);
+    let function = || format!("fexit {}", program::OPEN_FUNCTION);
     let wants_function = matches!(
         choice,
         OpensChoice::Auto | OpensChoice::Full | OpensChoice::Fexit
@@ -125,10 +126,26 @@ pub fn attach(
     // Where auto's fexit on the device check was refused, this kernel has no
     // trampolines either: not worth a second refusal.
     let trampolines_refused = hook_choice == HookChoice::Auto && device_hook != DeviceHook::Fexit;
-    if wants_function && (choice == OpensChoice::Fexit || !trampolines_refused) {
+    // The errno observer's sighting is claimed by the call whose entry came
+    // before it, and the function route sees no entry.
+    if wants_function && device_hook == DeviceHook::ErrnoObserver {
+        let reason = "the errno observer needs each open's entry, which fexit does not see";
+        if choice == OpensChoice::Fexit {
+            return Err(Unsupported::HookRefused {
+                hook: format!("{} (--opens fexit)", function()),
+                reason: reason.into(),
+            }
+            .into());
+        }
+        hooks.push(Hook {
+            name: function(),
+            refused: Some(format!("{reason}; the syscall tracepoints stand in")),
+            stood_in_for: true,
+        });
+    } else if wants_function && (choice == OpensChoice::Fexit || !trampolines_refused) {
         match attach_open_function(ebpf, btf) {
             Ok(()) => {
-                mark_open_calls_traced(ebpf)?;
+                mark_open_calls_traced(ebpf, OPEN_CALLS_BY_RESULT)?;
                 hooks.push(active(format!(
                     "{} (open calls' path and result)",
                     function()
@@ -224,7 +241,7 @@ pub fn attach_syscall_tracepoints(
     Ok(attached(OpenRoute::Tracepoints, links, hooks, summary))
 }
 
-/// Why auto does or does not need the syscall tracepoints, once fentry/fexit is out.
+/// Why auto does or does not need the syscall tracepoints, once the open function is out.
 enum Need {
     /// The user asked for open results.
     Asked,
@@ -244,7 +261,7 @@ fn auto_need(device_hook: DeviceHook) -> Need {
         ),
         DeviceHook::Observer => {
             let v1 = V1DeviceLimits::read();
-            let why = format!("no BPF trampolines for fentry/fexit, and {}", v1.describe());
+            let why = format!("no BPF trampolines for fexit, and {}", v1.describe());
             match &v1 {
                 _ if v1.may_deny() => Need::Because(format!(
                     "{why}: their denials show only in the open's result"
@@ -285,37 +302,24 @@ fn tracepoint_name(syscall: &OpenSyscall) -> String {
     format!("tracepoints syscalls:sys_{{enter,exit}}_{}", syscall.name)
 }
 
-/// Tells the device hook to look for the call in flight: set once a route
-/// is attached, before the device hook is.
-fn mark_open_calls_traced(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+/// Tells the device hook where to leave what it sees (`OPEN_CALLS_*`): set
+/// once a route is attached, before the device hook is.
+fn mark_open_calls_traced(ebpf: &mut Ebpf, route: u8) -> anyhow::Result<()> {
     let mut flag: Array<_, u8> = Array::try_from(
         ebpf.map_mut(map::OPEN_CALLS_TRACED)
             .ok_or_else(|| anyhow::anyhow!("map {} missing", map::OPEN_CALLS_TRACED))?,
     )?;
-    flag.set(0, 1, 0)?;
+    flag.set(0, route, 0)?;
     Ok(())
 }
 
-/// Loads and attaches fentry and fexit on the open function; the links
-/// belong to `ebpf`. The exit goes first so that no call is stashed and
-/// never finished.
+/// Loads and attaches fexit on the open function; the link belongs to `ebpf`.
 fn attach_open_function(ebpf: &mut Ebpf, btf: &mut LazyBtf) -> anyhow::Result<()> {
     let btf = btf.get()?;
     let exit: &mut FExit = program_mut(ebpf, program::OPEN_FUNCTION_EXIT)?;
     exit.load(program::OPEN_FUNCTION, btf)
         .map_err(|e| anyhow::anyhow!("load fexit: {}", one_line(&e.into())))?;
-    let exit_link = exit.attach()?;
-    let entry: &mut FEntry = program_mut(ebpf, program::OPEN_FUNCTION_ENTRY)?;
-    let entered = entry
-        .load(program::OPEN_FUNCTION, btf)
-        .map_err(|e| anyhow::anyhow!("load fentry: {}", one_line(&e.into())))
-        .and_then(|()| Ok(entry.attach()?));
-    if let Err(e) = entered {
-        // Both or neither: the exit alone would run on every open for nothing.
-        let exit: &mut FExit = program_mut(ebpf, program::OPEN_FUNCTION_EXIT)?;
-        exit.detach(exit_link)?;
-        return Err(e);
-    }
+    exit.attach()?;
     Ok(())
 }
 
@@ -336,7 +340,7 @@ fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>,
         }
     }
     if !exits.is_empty() {
-        mark_open_calls_traced(ebpf)?;
+        mark_open_calls_traced(ebpf, OPEN_CALLS_BY_ENTRY)?;
     }
     let mut links = Vec::new();
     for (syscall, exit) in exits {

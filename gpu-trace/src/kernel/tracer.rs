@@ -14,7 +14,7 @@ use aya::{
 use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent};
 
 use crate::{
-    host::preflight::Unsupported,
+    host::{preflight::Unsupported, proc_devices::CharMajors},
     kernel::{
         attach::{attach_tracepoint, Hook},
         cgroups_made::CgroupsMade,
@@ -123,8 +123,10 @@ impl Tracer {
         let mut watched_majors = WatchedMajors {
             filter: Array::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?,
             majors: Vec::new(),
+            other_drivers: Vec::new(),
         };
         watched_majors.add(&config.majors)?;
+        watched_majors.mark_other_drivers()?;
 
         let mut tracepoint_links = Vec::new();
         let cgroup_paths = match note_new_cgroups(&mut ebpf) {
@@ -250,6 +252,12 @@ impl Tracer {
     /// Adds majors to the kernel-side filter (already present ones are kept).
     pub fn watch_majors(&mut self, majors: &[u32]) -> anyhow::Result<()> {
         self.watched_majors.add(majors)
+    }
+
+    /// Tells the kernel side which majors have a driver now (see
+    /// `MAJOR_OTHER_DRIVER`): after a driver is loaded or unloaded.
+    pub fn refresh_driver_majors(&mut self) -> anyhow::Result<()> {
+        self.watched_majors.mark_other_drivers()
     }
 
     /// Adds a process to the followed tree; its later forks join by themselves.
@@ -406,15 +414,42 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         .context("loading gpu-trace's eBPF object")
 }
 
-/// The kernel-side major filter, and the majors in it (an array cannot list
-/// its set entries without a lookup per index).
+/// The kernel-side major filter (`MAJOR_*` by major), and the majors in
+/// it (an array cannot list its set entries without a lookup per index).
 struct WatchedMajors {
     filter: Array<MapData, u8>,
-    /// Sorted.
+    /// Watched (`MAJOR_WATCHED`), sorted.
     majors: Vec<u32>,
+    /// Registered by a driver and not watched (`MAJOR_OTHER_DRIVER`), sorted.
+    other_drivers: Vec<u32>,
 }
 
 impl WatchedMajors {
+    /// Marks the majors this kernel's drivers hold now, from the kernel's
+    /// own /proc/devices (never a copy given for diagnosis): every other
+    /// major stays `MAJOR_NO_DRIVER`, whose nodes the open route reports
+    /// with their number when they fail.
+    fn mark_other_drivers(&mut self) -> anyhow::Result<()> {
+        let now: Vec<u32> = CharMajors::read_kernel()
+            .context("reading /proc/devices")?
+            .iter()
+            .map(|(major, _)| major)
+            .filter(|m| *m < gpu_trace_common::MAJOR_LIMIT && self.majors.binary_search(m).is_err())
+            .collect();
+        for &gone in self.other_drivers.iter().filter(|m| !now.contains(m)) {
+            self.filter
+                .set(gone, gpu_trace_common::MAJOR_NO_DRIVER, 0)
+                .with_context(|| format!("marking major {gone} driverless"))?;
+        }
+        for &major in now.iter().filter(|m| !self.other_drivers.contains(m)) {
+            self.filter
+                .set(major, gpu_trace_common::MAJOR_OTHER_DRIVER, 0)
+                .with_context(|| format!("marking major {major} as another driver's"))?;
+        }
+        self.other_drivers = now;
+        Ok(())
+    }
+
     fn add(&mut self, majors: &[u32]) -> anyhow::Result<()> {
         for &major in majors {
             anyhow::ensure!(
@@ -423,8 +458,9 @@ impl WatchedMajors {
                 gpu_trace_common::MAJOR_LIMIT
             );
             self.filter
-                .set(major, 1, 0)
+                .set(major, gpu_trace_common::MAJOR_WATCHED, 0)
                 .with_context(|| format!("adding major {major} to the watch list"))?;
+            self.other_drivers.retain(|m| *m != major);
             if let Err(at) = self.majors.binary_search(&major) {
                 self.majors.insert(at, major);
             }

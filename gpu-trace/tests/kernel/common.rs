@@ -328,14 +328,14 @@ pub fn says(stderr: &[String], prefix: &str, part: &str) -> bool {
 }
 
 /// From watch's stderr: an open route and a device hook are in place
-/// (fexit, and fentry/fexit on the open function, where expected), and
+/// (fexit on the device check and on the open function, where expected), and
 /// nothing else was refused.
 pub fn assert_hooks_in_place(stderr: &[String]) {
     let active = |what: &str| says(stderr, "gpu-trace: hook active:", what);
     let tracepoints = ["_openat", "_openat2", "_open"]
         .iter()
         .all(|tracepoint| active(tracepoint));
-    let open_function = active(&format!("fentry/fexit {}", program::OPEN_FUNCTION));
+    let open_function = active(&format!("fexit {}", program::OPEN_FUNCTION));
     assert!(
         open_function || (!fexit_expected() && tracepoints),
         "no open route active: {stderr:#?}"
@@ -346,10 +346,7 @@ pub fn assert_hooks_in_place(stderr: &[String]) {
     let unexpected: Vec<&String> = stderr
         .iter()
         .filter(|l| l.contains("hook refused"))
-        .filter(|l| {
-            fexit_expected()
-                || !(l.contains("refused: fexit") || l.contains("refused: fentry/fexit"))
-        })
+        .filter(|l| fexit_expected() || !l.contains("refused: fexit"))
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:#?}");
 }
@@ -383,11 +380,11 @@ pub fn forced_hook_loads(args: &[&str], refused: &str) -> bool {
     }
 }
 
-/// Whether fentry/fexit on the open function load here (`--opens fexit`).
+/// Whether fexit on the open function loads here (`--opens fexit`).
 pub fn fexit_opens_load() -> bool {
     forced_hook_loads(
         &["--opens", "fexit"],
-        &format!("fentry/fexit {}", program::OPEN_FUNCTION),
+        &format!("fexit {}", program::OPEN_FUNCTION),
     )
 }
 

@@ -576,7 +576,7 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
             .copied()
             .collect();
         // The device hook, the fork and exit tracepoints, and an open route
-        // (fentry/fexit, or the six syscall tracepoints).
+        // (fexit on the open function, or the six syscall tracepoints).
         if ours.len() >= 5 || Instant::now() > deadline {
             break ours;
         }

@@ -353,9 +353,7 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
     };
     // Properties of the host's layout, not missing kernel features.
     if fexit_opens_load() {
-        eprintln!(
-            "skipping auto_attaches_the_open_tracepoints: fentry/fexit trace every open here"
-        );
+        eprintln!("skipping auto_attaches_the_open_tracepoints: fexit traces every open here");
         return;
     }
     let at_start = V1DeviceLimits::read();
@@ -527,7 +525,7 @@ fn nothing_stays_attached_after_kill_9() {
         return;
     };
     // The device hook with both halves of openat, openat2 and open; and,
-    // where the kernel has trampolines, with fentry/fexit on the open function.
+    // where the kernel has trampolines, with fexit on the open function.
     let mut routes = vec![("tracepoints", 7)];
     if fexit_opens_load() {
         routes.push(("fexit", 3));

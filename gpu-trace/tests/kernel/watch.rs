@@ -124,44 +124,13 @@ fn a_32_bit_process_denied_is_reported_once_with_its_path() {
     // function the device hook finds the call from the saved registers,
     // which a 32-bit process fills in its own way.
     for route in ["auto", "full"] {
-        let watcher = Watcher::start(&[
-            "--format",
-            "json",
-            "--opens",
-            route,
-            "--fold",
-            "0",
-            "--major",
-            &incident.uvm_major.to_string(),
-        ]);
-        let mut command = Command::new(&open32);
-        command.arg(&path);
-        let _procs =
-            gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
-                .expect("place the 32-bit process");
-        let mut child = command.spawn().expect("start the 32-bit process");
-        let pid = child.id();
-        let status = child.wait().expect("wait for the 32-bit process");
-        assert_eq!(status.code(), Some(libc::EPERM), "the policy denies it");
-        let events = watcher.wait_for_events(pid, 1);
-        let (status, stderr) = watcher.stop();
-        assert!(status.success(), "{route}: {stderr:#?}");
-        assert!(
-            stderr
-                .iter()
-                .any(|l| l.contains("events 1, denied 1, lost 0")),
-            "{route}: one event, not two: {stderr:#?}"
-        );
-        assert_eq!(events.len(), 1, "{route}: {events:#?}");
-        let event = &events[0];
+        let (_, event) = the_one_denial_of(&incident, route, &open32);
         assert_eq!(
             event["path"],
             path.to_str().expect("utf-8"),
             "{route}: {event:#}"
         );
         assert_eq!(event["syscall"], "openat", "{route}: {event:#}");
-        assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");
-        assert_eq!(event["verdict"], "denied", "{route}: {event:#}");
         if fexit_expected() {
             assert_eq!(event["errno"], "EPERM", "{route}: {event:#}");
         }
@@ -187,52 +156,54 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
         return;
     };
     let incident = Incident::new(&host, "uring");
-    let path = incident.nodes.path("nvidia-uvm");
     // A worker is a thread of the submitter in no open syscall: its saved
     // registers are a copy of the submitter's. The device hook must report
     // it at once, not leave it for an open's exit that never comes.
     for route in ["auto", "full"] {
-        let watcher = Watcher::start(&[
-            "--format",
-            "json",
-            "--opens",
-            route,
-            "--fold",
-            "0",
-            "--major",
-            &incident.uvm_major.to_string(),
-        ]);
-        let mut command = Command::new(&uring_open);
-        command.arg(&path);
-        let _procs =
-            gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
-                .expect("place the io_uring process");
-        let mut child = command.spawn().expect("start the io_uring process");
-        let pid = child.id();
-        let status = child.wait().expect("wait for the io_uring process");
-        assert_eq!(
-            status.code(),
-            Some(libc::EPERM),
-            "the policy denies the worker"
-        );
-        let events = watcher.wait_for_events(pid, 1);
-        let (status, stderr) = watcher.stop();
-        assert!(status.success(), "{route}: {stderr:#?}");
-        assert!(
-            stderr
-                .iter()
-                .any(|l| l.contains("events 1, denied 1, lost 0")),
-            "{route}: {stderr:#?}"
-        );
-        assert_eq!(events.len(), 1, "{route}: {events:#?}");
-        let event = &events[0];
+        let (pid, event) = the_one_denial_of(&incident, route, &uring_open);
         assert_ne!(event["tid"], pid, "{route}: a worker thread: {event:#}");
-        assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");
-        assert_eq!(event["verdict"], "denied", "{route}: {event:#}");
         // Not an open syscall: no path from the copied registers.
         assert!(event["syscall"].is_null(), "{route}: {event:#}");
         assert!(event["path"].is_null(), "{route}: {event:#}");
     }
+}
+
+/// `program` (one of tests/kernel/*.c) opens the incident's uvm node from
+/// its cgroup, under `watch --opens ROUTE`, and is denied: its pid and the
+/// one event watch reports, asserted to be the uvm denial and the only one.
+fn the_one_denial_of(incident: &Incident, route: &str, program: &Path) -> (u32, Value) {
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--opens",
+        route,
+        "--fold",
+        "0",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    let mut command = Command::new(program);
+    command.arg(incident.nodes.path("nvidia-uvm"));
+    let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
+        .expect("place the program in the cgroup");
+    let mut child = command.spawn().expect("start the program");
+    let pid = child.id();
+    let status = child.wait().expect("wait for the program");
+    assert_eq!(status.code(), Some(libc::EPERM), "the policy denies it");
+    let events = watcher.wait_for_events(pid, 1);
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{route}: {stderr:#?}");
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("events 1, denied 1, lost 0")),
+        "{route}: one event, not two: {stderr:#?}"
+    );
+    assert_eq!(events.len(), 1, "{route}: {events:#?}");
+    let event = events.into_iter().next().expect("one event");
+    assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");
+    assert_eq!(event["verdict"], "denied", "{route}: {event:#}");
+    (pid, event)
 }
 
 #[test]

@@ -428,11 +428,36 @@ fn headers(release: &str) -> anyhow::Result<PathBuf> {
         run_checked(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
         fs::remove_file(&deb)?;
     }
+    // Relocated before the rename, so a tree at `root` is always usable.
+    relocate_headers_makefile(
+        &partial.join(format!("usr/src/linux-headers-{release}")),
+        &root,
+    )?;
     if root.exists() {
         fs::remove_dir_all(&root)?;
     }
     fs::rename(&partial, &root)?;
     Ok(build)
+}
+
+/// Debian's per-flavour Makefile includes its -common half by absolute path
+/// (`include /usr/src/linux-headers-…-common/Makefile`), which only exists
+/// once the package is installed; point it into the unpacked tree instead.
+fn relocate_headers_makefile(build: &Path, root: &Path) -> anyhow::Result<()> {
+    let makefile = build.join("Makefile");
+    let text =
+        fs::read_to_string(&makefile).with_context(|| format!("reading {}", makefile.display()))?;
+    let unpacked = format!("{}/usr/src/", root.display());
+    let relocated = text.replace(" /usr/src/", &format!(" {unpacked}"));
+    ensure!(
+        !relocated.contains(" /usr/src/"),
+        "{} still names /usr/src",
+        makefile.display()
+    );
+    if relocated != text {
+        fs::write(&makefile, relocated)?;
+    }
+    Ok(())
 }
 
 /// lab/driver built against `release`'s headers; again only when its

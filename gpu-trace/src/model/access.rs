@@ -224,11 +224,11 @@ impl DeviceAccess {
         gpu_trace_policy::access_letters(self.access)
     }
 
-    pub fn type_letter(&self) -> char {
+    pub fn type_letter(&self) -> &'static str {
         if self.block_device {
-            'b'
+            "b"
         } else {
-            'c'
+            "c"
         }
     }
 }
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(access.verdict, Verdict::DeniedByBpfPolicy);
         assert_eq!(access.comm, b"python3");
         assert_eq!(access.access_letters(), "rw");
-        assert_eq!(access.type_letter(), 'c');
+        assert_eq!(access.type_letter(), "c");
         let open = access.open.expect("open call");
         assert_eq!(open.path, b"/dev/nvidia-uvm");
         assert_eq!((open.syscall, open.errno()), ("openat", Some(libc::EPERM)));

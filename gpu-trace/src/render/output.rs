@@ -5,7 +5,10 @@
 //! the terminal-safe formatter, so whatever they hold, an event stays on
 //! its lines and cannot drive the terminal.
 
-use std::io::{self, Write};
+use std::{
+    borrow::Cow,
+    io::{self, Write},
+};
 
 use chrono::{DateTime, Local, Utc};
 use serde::Serialize;
@@ -188,9 +191,9 @@ pub fn errno_name(errno: i32) -> String {
 /// A byte string as JSON: the text itself when it is valid UTF-8 (serde_json
 /// escapes quotes, newlines and control characters); otherwise a readable
 /// form with \xNN for the invalid bytes plus the exact bytes in hex.
-fn json_text(bytes: &[u8]) -> (String, Option<String>) {
+fn json_text(bytes: &[u8]) -> (Cow<'_, str>, Option<String>) {
     match std::str::from_utf8(bytes) {
-        Ok(text) => (text.to_string(), None),
+        Ok(text) => (Cow::Borrowed(text), None),
         Err(_) => {
             let mut readable = String::new();
             for chunk in bytes.utf8_chunks() {
@@ -200,7 +203,7 @@ fn json_text(bytes: &[u8]) -> (String, Option<String>) {
                 }
             }
             let hex = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            (readable, Some(hex))
+            (Cow::Owned(readable), Some(hex))
         }
     }
 }
@@ -223,18 +226,18 @@ struct JsonRecord<'a> {
     pid: u32,
     tid: u32,
     uid: u32,
-    comm: String,
+    comm: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_hex: Option<String>,
     cgroup_id: u64,
-    cgroup: Option<String>,
+    cgroup: Option<Cow<'a, str>>,
     container: &'a Rendered<Container>,
     device: Option<&'a str>,
     driver: Option<&'a str>,
     vendor: Option<&'static str>,
     role: Option<Role>,
     #[serde(rename = "type")]
-    device_type: Option<String>,
+    device_type: Option<&'static str>,
     major: Option<u32>,
     minor: Option<u32>,
     access: Option<String>,
@@ -242,7 +245,7 @@ struct JsonRecord<'a> {
     /// The device hook that gave the verdict: fexit, bpf_get_retval or errno.
     verdict_from: &'static str,
     syscall: Option<&'static str>,
-    path: Option<String>,
+    path: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     path_hex: Option<String>,
     path_truncated: bool,
@@ -304,7 +307,7 @@ impl<'a> From<&'a Record> for JsonRecord<'a> {
             driver: record.driver.as_deref(),
             vendor: record.vendor.map(Vendor::name),
             role: record.role,
-            device_type: seen.then(|| a.type_letter().to_string()),
+            device_type: seen.then_some(a.type_letter()),
             major: seen.then_some(a.major),
             minor: seen.then_some(a.minor),
             access: seen.then(|| a.access_letters()),

@@ -22,6 +22,11 @@ impl Formatter for TerminalSafeJson {
         writer: &mut W,
         fragment: &str,
     ) -> io::Result<()> {
+        // Every character escaped here is encoded from 0x7f up: most
+        // fragments (ASCII paths, names) have none and go out at once.
+        if fragment.bytes().all(|b| b < 0x7f) {
+            return writer.write_all(fragment.as_bytes());
+        }
         let mut start = 0;
         for (i, c) in fragment.char_indices() {
             if needs_unicode_escape(c) {

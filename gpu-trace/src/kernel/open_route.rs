@@ -115,6 +115,7 @@ pub fn attach(
     choice: OpensChoice,
     device_hook: DeviceHook,
     hook_choice: HookChoice,
+    registers_known: bool,
     btf: &mut LazyBtf,
 ) -> anyhow::Result<OpenRouteAttached> {
     let mut hooks = Vec::new();
@@ -127,9 +128,22 @@ pub fn attach(
     // trampolines either: not worth a second refusal.
     let trampolines_refused = hook_choice == HookChoice::Auto && device_hook != DeviceHook::Fexit;
     // The errno observer's sighting is claimed by the call whose entry came
-    // before it, and the function route sees no entry.
-    if wants_function && device_hook == DeviceHook::ErrnoObserver {
-        let reason = "the errno observer needs each open's entry, which fexit does not see";
+    // before it, and the function route sees no entry; and without the saved
+    // registers the device hook cannot tell that it is inside an open.
+    let function_unfit = if device_hook == DeviceHook::ErrnoObserver {
+        Some((
+            "the errno observer needs each open's entry, which fexit does not see",
+            "the syscall tracepoints stand in",
+        ))
+    } else if !registers_known && (choice == OpensChoice::Fexit || !trampolines_refused) {
+        Some((
+            "the device hook finds no saved user registers to tell it is inside an open",
+            "the syscall tracepoints or the device hook alone stand in",
+        ))
+    } else {
+        None
+    };
+    if let Some((reason, stand_in)) = function_unfit.filter(|_| wants_function) {
         if choice == OpensChoice::Fexit {
             return Err(Unsupported::HookRefused {
                 hook: format!("{} (--opens fexit)", function()),
@@ -139,7 +153,7 @@ pub fn attach(
         }
         hooks.push(Hook {
             name: function(),
-            refused: Some(format!("{reason}; the syscall tracepoints stand in")),
+            refused: Some(format!("{reason}; {stand_in}")),
             stood_in_for: true,
         });
     } else if wants_function && (choice == OpensChoice::Fexit || !trampolines_refused) {

@@ -149,8 +149,14 @@ impl Tracer {
         } else {
             None
         };
-        let opens =
-            open_route::attach(&mut ebpf, config.opens, device_hook, config.hook, &mut btf)?;
+        let opens = open_route::attach(
+            &mut ebpf,
+            config.opens,
+            device_hook,
+            config.hook,
+            pt_regs_offset != 0,
+            &mut btf,
+        )?;
         tracepoint_links.extend(opens.links);
         hooks.extend(opens.hooks);
         device_hook.attach(&mut ebpf, cgroup2_mount)?;

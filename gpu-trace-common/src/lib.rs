@@ -250,7 +250,16 @@ pub struct OpenInFlight {
     /// `SEEN_*` bits: whether the observer filled in the device fields, and
     /// whether the device is a watched one.
     pub seen: u16,
+    /// With fexit alone: the path's first `PATH_HEAD_LEN` bytes as the
+    /// device hook read them, zero-padded, so the open's exit can tell its
+    /// own sighting from one an earlier open left with the same buffer.
+    pub path_head: [u64; PATH_HEAD_LEN / 8],
 }
+
+/// How much of the path a sighting keeps (`OpenInFlight::path_head`): enough
+/// to tell /dev/dri/renderD128 from renderD129 and nvidia-uvm from
+/// nvidia-uvm-tools.
+pub const PATH_HEAD_LEN: usize = 32;
 
 impl OpenInFlight {
     /// A call just entered: only the path pointer, the syscall and (with
@@ -268,11 +277,12 @@ impl OpenInFlight {
             hook_verdict: 0,
             syscall,
             seen: 0,
+            path_head: [0; PATH_HEAD_LEN / 8],
         }
     }
 }
 
-const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48);
+const _: () = assert!(core::mem::size_of::<OpenInFlight>() == 48 + PATH_HEAD_LEN);
 
 /// What the errno observer saw last in a cgroup. Kernels before 6.1 give a
 /// cgroup_device program no thread id, so the open call it belongs to is

@@ -17,6 +17,7 @@ use crate::{
     maps::{
         current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
     },
+    open_calls::path_head,
     syscall_regs::syscall_path_argument,
 };
 
@@ -83,6 +84,7 @@ fn left_for_open_exit(check: &DeviceCheck) {
         Some((syscall, path_ptr)) if in_open => {
             let mut call = OpenInFlight::entered(path_ptr, syscall, 0);
             fill_in(&mut call, check, watched);
+            call.path_head = path_head(path_ptr);
             if !watched {
                 // The exit checks every sighting's age (see open_calls.rs).
                 // SAFETY: a helper without arguments.

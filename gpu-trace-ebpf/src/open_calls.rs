@@ -10,15 +10,15 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
-        bpf_ktime_get_boot_ns, bpf_probe_read_user,
+        bpf_ktime_get_boot_ns, bpf_probe_read_user, generated::bpf_probe_read_user_str,
     },
     macros::tracepoint,
     programs::TracePointContext,
 };
 use gpu_trace_common::{
     EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
-    KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
-    SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, PATH_HEAD_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
+    SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
@@ -144,12 +144,9 @@ fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
 #[inline(always)]
 pub fn finish_by_result(ret: i32, path_ptr: u64) {
     // Nearly every open ends here: a success, or an errno no GPU node's
-    // failure has. Nothing else to do for them.
-    if ret >= 0 {
-        if !report_allowed() {
-            return;
-        }
-    } else if !is_gpu_failure(ret) {
+    // failure has. Nothing else to do for them, unless every watched
+    // access is reported (then any result may be an allowed one's).
+    if (ret >= 0 || !is_gpu_failure(ret)) && !report_allowed() {
         return;
     }
     if !current_is_followed() {
@@ -182,22 +179,49 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
 
 /// A sighting is left by thread, and only opens that fail with a GPU
 /// node's errno (or, with report_allowed, every open) take it: one left by
-/// an open that succeeded may still be there. This call's own has its path
-/// pointer and is recent (a device check is followed by the call's end
-/// within microseconds, except for a driver's own open, which only allowed
+/// an open that succeeded may still be there when a later open, through
+/// the same buffer, fails before any device check (file mode, a missing
+/// driver). This call's own has its path pointer, the same path in it, and
+/// is recent (a device check is followed by the call's end within
+/// microseconds, except for a driver's own open, which only allowed
 /// sightings reach).
 #[inline(always)]
 fn sighting_is_this_calls(sighting: &OpenInFlight, path_ptr: u64) -> bool {
     if sighting.path_ptr != path_ptr {
         return false;
     }
-    if report_allowed() {
-        // Every open takes its sighting here: none is left behind.
-        return true;
-    }
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_boot_ns() };
-    now.wrapping_sub(sighting.boot_ns) < SIGHTING_TTL_NS
+    if now.wrapping_sub(sighting.boot_ns) >= SIGHTING_TTL_NS {
+        return false;
+    }
+    let head = path_head(path_ptr);
+    let mut i = 0;
+    while i < head.len() {
+        if head[i] != sighting.path_head[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The first `PATH_HEAD_LEN` bytes of the user's path, zero after its end
+/// (or all zero when it cannot be read): read the same way by the device
+/// hook when it leaves a sighting and by the exit that takes it.
+#[inline(always)]
+pub fn path_head(path_ptr: u64) -> [u64; PATH_HEAD_LEN / 8] {
+    let mut head = [0u64; PATH_HEAD_LEN / 8];
+    // SAFETY: a fault-tolerant read of at most PATH_HEAD_LEN bytes into
+    // `head`; the helper stops at the path's NUL and leaves the rest zero.
+    unsafe {
+        bpf_probe_read_user_str(
+            head.as_mut_ptr().cast(),
+            PATH_HEAD_LEN as u32,
+            path_ptr as *const _,
+        )
+    };
+    head
 }
 
 /// How old a sighting an open's exit still takes as its own.

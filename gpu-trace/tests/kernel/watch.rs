@@ -168,6 +168,72 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
     }
 }
 
+#[test]
+fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
+    let Some(host) = kernel_test("an_open_refused_by_file_mode_is_not_given") else {
+        return;
+    };
+    let incident = Incident::new(&host, "reuse");
+    // A node the probe's user may not open: refused by its mode, before
+    // any device check.
+    let locked = incident.nodes.dir().join("nvidia-uvm-locked");
+    nix::sys::stat::mknod(
+        &locked,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(incident.uvm_major.into(), 1),
+    )
+    .expect("mknod the locked node");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(incident.nodes.dir(), std::fs::Permissions::from_mode(0o755))
+        .expect("let the probe's user into the nodes' directory");
+    // One thread, one path buffer (the probe's opens share a stack frame):
+    // a watched device opened fine, then the locked node, then the denial.
+    let ops = [
+        ProbeOp::BecomeUser { uid: 65534 },
+        ProbeOp::Open {
+            path: "/dev/null".into(),
+            mode: OpenMode::Read,
+        },
+        ProbeOp::Open {
+            path: locked,
+            mode: OpenMode::Read,
+        },
+        incident.open_rw("nvidia-uvm"),
+    ];
+    for route in ["auto", "full"] {
+        // /dev/null's major watched: its open leaves what the device hook
+        // saw, which the locked node's failed open must not take.
+        let watcher = Watcher::start(&[
+            "--format",
+            "json",
+            "--opens",
+            route,
+            "--fold",
+            "0",
+            "--major",
+            &incident.uvm_major.to_string(),
+            "--major",
+            "1",
+        ]);
+        let probe = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
+        assert_eq!(probe.results, [0, 0, libc::EACCES, libc::EPERM], "{route}");
+        watcher.wait_for_events(probe.pid, 1);
+        // Give a wrongly reported extra event the chance to show up.
+        thread::sleep(Duration::from_millis(300));
+        let events = watcher.events_of(probe.pid);
+        let (status, stderr) = watcher.stop();
+        assert!(status.success(), "{route}: {stderr:#?}");
+        assert_eq!(events.len(), 1, "{route}: only the denial: {events:#?}");
+        let event = &events[0];
+        assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");
+        assert_eq!(event["minor"], 0, "{route}: {event:#}");
+        assert_eq!(event["verdict"], "denied", "{route}: {event:#}");
+        let uvm = incident.nodes.path("nvidia-uvm");
+        assert_eq!(event["path"], uvm.to_str().expect("utf-8"), "{route}");
+    }
+}
+
 /// `program` (one of tests/kernel/*.c) opens the incident's uvm node from
 /// its cgroup, under `watch --opens ROUTE`, and is denied: its pid and the
 /// one event watch reports, asserted to be the uvm denial and the only one.

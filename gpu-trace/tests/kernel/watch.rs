@@ -204,18 +204,7 @@ fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
     for route in ["auto", "full"] {
         // /dev/null's major watched: its open leaves what the device hook
         // saw, which the locked node's failed open must not take.
-        let watcher = Watcher::start(&[
-            "--format",
-            "json",
-            "--opens",
-            route,
-            "--fold",
-            "0",
-            "--major",
-            &incident.uvm_major.to_string(),
-            "--major",
-            "1",
-        ]);
+        let watcher = watch_unfolded(route, &[incident.uvm_major, 1]);
         let probe = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
         assert_eq!(probe.results, [0, 0, libc::EACCES, libc::EPERM], "{route}");
         watcher.wait_for_events(probe.pid, 1);
@@ -234,20 +223,21 @@ fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
     }
 }
 
+/// `watch --format json --fold 0 --opens ROUTE`, watching `majors`.
+fn watch_unfolded(route: &str, majors: &[u32]) -> Watcher {
+    let majors: Vec<String> = majors.iter().map(u32::to_string).collect();
+    let mut args = vec!["--format", "json", "--fold", "0", "--opens", route];
+    for major in &majors {
+        args.extend(["--major", major.as_str()]);
+    }
+    Watcher::start(&args)
+}
+
 /// `program` (one of tests/kernel/*.c) opens the incident's uvm node from
 /// its cgroup, under `watch --opens ROUTE`, and is denied: its pid and the
 /// one event watch reports, asserted to be the uvm denial and the only one.
 fn the_one_denial_of(incident: &Incident, route: &str, program: &Path) -> (u32, Value) {
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--opens",
-        route,
-        "--fold",
-        "0",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = watch_unfolded(route, &[incident.uvm_major]);
     let mut command = Command::new(program);
     command.arg(incident.nodes.path("nvidia-uvm"));
     let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])

@@ -213,6 +213,13 @@ fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
         let events = watcher.events_of(probe.pid);
         let (status, stderr) = watcher.stop();
         assert!(status.success(), "{route}: {stderr:#?}");
+        // In the guests both routes are fexit alone, the one whose sightings
+        // could be taken by the wrong open: not some other route by chance.
+        let fexit_alone = format!("open results traced by fexit {}", program::OPEN_FUNCTION);
+        assert!(
+            !fexit_expected() || says(&stderr, "gpu-trace: ready:", &fexit_alone),
+            "{route}: {stderr:#?}"
+        );
         assert_eq!(events.len(), 1, "{route}: only the denial: {events:#?}");
         let event = &events[0];
         assert_eq!(event["major"], incident.uvm_major, "{route}: {event:#}");

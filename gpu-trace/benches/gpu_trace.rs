@@ -134,10 +134,40 @@ fn main() {
     }
     print_tables(&results);
     if let Some(path) = json_out {
+        let results = match only.as_deref() {
+            Some(group) if !guest => merged_into_earlier(&path, results, group),
+            _ => results,
+        };
         fs::write(&path, serde_json::to_string_pretty(&results).expect("json"))
             .expect("write results");
         println!("\nresults written to {}", path.display());
     }
+}
+
+/// One group's fresh figures laid over the file's earlier ones, so that
+/// `--only` does not throw away the other groups: each group it replaces
+/// gets a `<group>_date` of its own.
+fn merged_into_earlier(path: &Path, fresh: Value, group: &str) -> Value {
+    let Some(mut earlier) = fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .filter(Value::is_object)
+    else {
+        return fresh;
+    };
+    let date = fresh["date"].clone();
+    for (key, value) in fresh.as_object().expect("an object").iter() {
+        if matches!(key.as_str(), "date" | "machine" | "settings") {
+            continue;
+        }
+        earlier[key] = value.clone();
+        earlier[format!("{key}_date")] = date.clone();
+    }
+    eprintln!(
+        "bench: --only {group}: the other groups in {} are kept",
+        path.display()
+    );
+    earlier
 }
 
 /// A scratch cgroup whose policy denies a stand-in nvidia-uvm major, and
@@ -525,6 +555,8 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     let mut steps = Vec::new();
     let mut best_zero_loss = 0.0f64;
     let mut peak_rss_kib = 0u64;
+    let mut line_bytes = 0.0f64;
+    let mut sink_before = None;
     // Flat out first, then paced rates, rising until events are lost.
     let rates: Vec<f64> = std::iter::once(0.0)
         .chain([50e3, 100e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3])
@@ -559,9 +591,15 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         let summary = stop_for_summary(&mut child, stderr);
         let events = summary_number(&summary, "events");
         let lost = summary_number(&summary, "lost");
-        let received = fs::read_to_string(&out_file)
-            .map(|t| t.lines().count() as u64)
-            .unwrap_or(0);
+        let text = fs::read_to_string(&out_file).unwrap_or_default();
+        let received = text.lines().count() as u64;
+        if rate == 0.0 && received > 0 {
+            // What the file system alone takes in lines of this size, right
+            // before the paced steps: the ceiling any writer of them has.
+            line_bytes = text.len() as f64 / received as f64;
+            sink_before = Some(sink_lines_per_s(&out_file, line_bytes as usize));
+        }
+        drop(text);
         let produced = events + lost;
         let rate_seen = produced as f64 / elapsed;
         steps.push(json!({
@@ -574,9 +612,34 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             break;
         }
     }
+    let out_file = scene.regular_file.with_file_name("throughput.jsonl");
+    let sink_after = sink_before.map(|_| sink_lines_per_s(&out_file, line_bytes as usize));
     let folded = folded_flood(settings, open_loop, scene, producers);
     json!({ "producers": producers, "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss,
+            "line_bytes": line_bytes,
+            "sink_lines_per_s": { "before": sink_before, "after": sink_after },
             "peak_rss_mib": peak_rss_kib as f64 / 1024.0, "folded_flood": folded })
+}
+
+/// Lines of `line_bytes` written flat out to a fresh `file` (where watch's
+/// log goes), in batches as large as watch's, by this one thread: the rate
+/// the file system takes them at, with nothing to decode or render.
+fn sink_lines_per_s(file: &Path, line_bytes: usize) -> f64 {
+    const LINES: usize = 1_000_000;
+    const BATCH: usize = 4096;
+    let mut line = vec![b'x'; line_bytes.max(2)];
+    *line.last_mut().expect("a line") = b'\n';
+    let batch = line.repeat(BATCH);
+    let _ = fs::remove_file(file);
+    let mut out = fs::File::create(file).expect("sink file");
+    let started = Instant::now();
+    for _ in 0..LINES / BATCH {
+        out.write_all(&batch).expect("write to the sink file");
+    }
+    let rate = (LINES / BATCH * BATCH) as f64 / started.elapsed().as_secs_f64();
+    drop(out);
+    let _ = fs::remove_file(file);
+    rate
 }
 
 /// Producers denied flat out with watch's default fold: the repeats are
@@ -1123,6 +1186,14 @@ fn print_tables(results: &Value) {
         "  highest rate with zero loss: {:.0} events/s",
         t["highest_zero_loss_events_per_s"].as_f64().unwrap_or(0.0)
     );
+    let sink = &t["sink_lines_per_s"];
+    if let (Some(before), Some(after)) = (sink["before"].as_f64(), sink["after"].as_f64()) {
+        let _ = writeln!(
+            out,
+            "  the file system alone, {:.0}-byte lines from one writer: {before:.0} lines/s before the paced steps, {after:.0} after",
+            t["line_bytes"].as_f64().unwrap_or(0.0)
+        );
+    }
     let _ = writeln!(
         out,
         "  peak RSS of watch: {:.1} MiB",

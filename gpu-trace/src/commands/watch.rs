@@ -84,6 +84,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     };
     runtime.block_on(stream(&mut tracer, &mut flow, &args, &config))?;
     let tally = flow.tally;
+    sink.finish(); // every line written before the counts are read
     let lost = tracer.lost_events();
     drop(tracer); // detach before the summary, which says so
                   // Output trouble, said only when there was some.
@@ -159,6 +160,11 @@ impl Flow<'_> {
         };
         if let Some(record) = admitted {
             let _ = write_record(self.sink.line_buffer(), self.format, self.paint, &record);
+            if self.sink.batch_is_full() {
+                // A failure here (the output thread gone) comes back at the
+                // drain's own flush, which ends watch.
+                let _ = self.flush();
+            }
         }
     }
 

@@ -597,6 +597,79 @@ fn nothing_stays_attached_after_kill_9() {
 }
 
 #[test]
+fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
+    let Some(host) = kernel_test("watch_whose_reader_goes_away") else {
+        return;
+    };
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let incident = Incident::new(&host, "reader-gone");
+    let before = gpu_trace_program_ids();
+    // `gpu-trace watch | head -n 1`, with the test as head.
+    let mut child = Command::new(gpu_trace())
+        .args(["watch", "--format", "json", "--fold", "0", "--major"])
+        .arg(incident.uvm_major.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpu-trace watch");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let ready = stderr
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("gpu-trace: ready"));
+    assert!(ready.is_some(), "watch never became ready");
+    let later_stderr = thread::spawn(move || stderr.map_while(Result::ok).collect::<Vec<_>>());
+    let ours: HashSet<u32> = gpu_trace_program_ids()
+        .difference(&before)
+        .copied()
+        .collect();
+    assert!(!ours.is_empty(), "the watcher's programs are loaded");
+
+    let pid = incident.deny_once();
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout piped"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("read the first line");
+    let event: Value = serde_json::from_str(&first).expect("a JSON line");
+    assert_eq!(event["pid"], pid, "{event:#}");
+    drop(stdout); // head has what it wanted
+
+    // Denials keep coming; writing them finds the pipe closed.
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        incident.deny_once();
+        if let Some(status) = child.try_wait().expect("wait for watch") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watch kept running with no reader"
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = later_stderr.join().expect("stderr reader");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a reader going away is no error: {stderr:#?}"
+    );
+    let deadline = Instant::now() + WAIT;
+    let mut left = ours.clone();
+    while !left.is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+        left = gpu_trace_program_ids()
+            .intersection(&ours)
+            .copied()
+            .collect();
+    }
+    assert!(
+        left.is_empty(),
+        "programs still loaded after watch ended: {left:?}"
+    );
+}
+
+#[test]
 fn non_root_gets_exit_status_3_and_one_line() {
     let Some(_host) = kernel_test("non_root_gets_exit_status_3_and_one_line") else {
         return;

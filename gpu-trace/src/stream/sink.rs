@@ -142,7 +142,12 @@ impl Sink {
     /// after every line handed over before. On failure the old file stays
     /// in use and the failure is counted.
     pub fn reopen(&mut self) -> anyhow::Result<()> {
-        self.flush()?;
+        match self.flush() {
+            // Only stdout's reader goes away, and stdout is never reopened:
+            // the next flush ends watch quietly.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            other => other?,
+        }
         let (answer, answered) = mpsc::channel();
         self.send(Job::Reopen(answer))?;
         answered

@@ -557,12 +557,12 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     let mut peak_rss_kib = 0u64;
     let mut line_bytes = 0.0f64;
     let mut sink_before = None;
+    let out_file = scene.regular_file.with_file_name("throughput.jsonl");
     // Flat out first, then paced rates, rising until events are lost.
     let rates: Vec<f64> = std::iter::once(0.0)
         .chain([50e3, 100e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3])
         .collect();
     for rate in rates {
-        let out_file = scene.regular_file.with_file_name("throughput.jsonl");
         let (mut child, stderr) = watch_into_file(
             &["--fold", "0", "--major", &scene.major.to_string()],
             &out_file,
@@ -612,7 +612,6 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             break;
         }
     }
-    let out_file = scene.regular_file.with_file_name("throughput.jsonl");
     let sink_after = sink_before.map(|_| sink_lines_per_s(&out_file, line_bytes as usize));
     let folded = folded_flood(settings, open_loop, scene, producers);
     json!({ "producers": producers, "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss,
@@ -622,21 +621,23 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
 }
 
 /// Lines of `line_bytes` written flat out to a fresh `file` (where watch's
-/// log goes), in batches as large as watch's, by this one thread: the rate
-/// the file system takes them at, with nothing to decode or render.
+/// log goes), in writes of about 1 MiB as watch's output thread gets them,
+/// by this one thread: the rate the file system takes them at, with nothing
+/// to decode or render.
 fn sink_lines_per_s(file: &Path, line_bytes: usize) -> f64 {
     const LINES: usize = 1_000_000;
-    const BATCH: usize = 4096;
     let mut line = vec![b'x'; line_bytes.max(2)];
     *line.last_mut().expect("a line") = b'\n';
-    let batch = line.repeat(BATCH);
+    let per_write = ((1usize << 20) / line.len()).max(1);
+    let batch = line.repeat(per_write);
     let _ = fs::remove_file(file);
     let mut out = fs::File::create(file).expect("sink file");
     let started = Instant::now();
-    for _ in 0..LINES / BATCH {
+    let writes = LINES.div_ceil(per_write);
+    for _ in 0..writes {
         out.write_all(&batch).expect("write to the sink file");
     }
-    let rate = (LINES / BATCH * BATCH) as f64 / started.elapsed().as_secs_f64();
+    let rate = (writes * per_write) as f64 / started.elapsed().as_secs_f64();
     drop(out);
     let _ = fs::remove_file(file);
     rate

@@ -15,18 +15,19 @@ use std::{
     os::unix::fs::{symlink, PermissionsExt},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, ensure, Context};
 
 use crate::{
-    apt_install, require_root, run_checked,
+    apt_install,
+    qemu_run::run_qemu,
+    require_root, run_checked,
     vm_test::{
         bash, build_guest_binaries, fresh_root, install_busybox, kernel_complaints, kernel_package,
         kvm_usable, pack_initramfs_tree, print_console_tail, skip_notice, step_problems,
-        stream_console, wait_or_kill, write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
+        write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
     },
     workspace,
 };
@@ -708,7 +709,7 @@ fn boot(
     let dir = lab_dir().join(kernel.series.name());
     let console_log = dir.join("console.log");
     let result_file = dir.join("result");
-    if result_file.exists() {
+    if shell && result_file.exists() {
         fs::remove_file(&result_file)?;
     }
     eprintln!(
@@ -725,60 +726,61 @@ fn boot(
     if shell {
         append.push_str(" gpu-trace.lab_shell=1");
     }
-    let mut command = Command::new("qemu-system-x86_64");
-    command
-        .args(["-accel", accel, "-cpu", cpu, "-m", "3G", "-smp", "2"])
-        .args(["-nographic", "-monitor", "none", "-no-reboot", "-snapshot"])
-        .arg("-kernel")
-        .arg(&kernel.vmlinuz)
-        .arg("-initrd")
-        .arg(&kernel.initramfs)
-        .args(["-append", &append])
-        .arg("-drive")
-        .arg(format!(
-            "file={},format=raw,if=virtio,cache=unsafe",
-            disk.display()
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "file={},format=raw,if=virtio,cache=unsafe",
-            payload.display()
-        ))
-        .args(["-serial", "stdio", "-serial"])
-        .arg(format!("file:{}", result_file.display()));
+    let command = || {
+        let mut command = Command::new("qemu-system-x86_64");
+        command
+            .args(["-accel", accel, "-cpu", cpu, "-m", "3G", "-smp", "2"])
+            .args(["-nographic", "-monitor", "none", "-no-reboot", "-snapshot"])
+            .arg("-kernel")
+            .arg(&kernel.vmlinuz)
+            .arg("-initrd")
+            .arg(&kernel.initramfs)
+            .args(["-append", &append])
+            .arg("-drive")
+            .arg(format!(
+                "file={},format=raw,if=virtio,cache=unsafe",
+                disk.display()
+            ))
+            .arg("-drive")
+            .arg(format!(
+                "file={},format=raw,if=virtio,cache=unsafe",
+                payload.display()
+            ))
+            .args(["-serial", "stdio", "-serial"])
+            .arg(format!("file:{}", result_file.display()));
+        command
+    };
     let started = Instant::now();
     if shell {
         // The console is the user's terminal.
-        let status = command.status().context("starting qemu-system-x86_64")?;
+        let status = command().status().context("starting qemu-system-x86_64")?;
         if !status.success() {
             bail!("qemu exited {status}");
         }
     }
+    let mut stuck = None;
     let console = if shell {
         String::new()
     } else {
-        let mut qemu = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting qemu-system-x86_64")?;
-        let stdout = qemu.stdout.take().expect("piped");
-        let log = fs::File::create(&console_log)?;
         let prefix = format!("[lab {}] ", kernel.series.name());
-        let streamer = thread::spawn(move || stream_console(stdout, log, &prefix));
-        let timed_out = wait_or_kill(&mut qemu, timeout)?;
-        let console = streamer.join().expect("console streamer")?;
-        if timed_out {
+        let run = run_qemu(command, &result_file, &console_log, &prefix, timeout)?;
+        if run.timed_out {
             eprintln!(
                 "xtask: lab: no result within {} s; qemu killed",
                 timeout.as_secs()
             );
         }
-        console
+        stuck = run.stuck;
+        run.console
     };
     let seconds = started.elapsed().as_secs_f64();
     let marker = fs::read_to_string(&result_file).unwrap_or_default();
-    let outcome = judge(kernel, &console, &marker, seconds);
+    let mut outcome = judge(kernel, &console, &marker, seconds);
+    if let Some(why) = stuck {
+        outcome
+            .problems
+            .insert(0, format!("stuck in the emulator twice: {why}"));
+    }
     if !outcome.problems.is_empty() && !shell {
         print_console_tail(&console, &console_log);
     }

@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod image;
 mod lab;
 mod promtool;
+mod qemu_run;
 mod vm_bench;
 mod vm_test;
 

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{ensure, Context};
+use anyhow::{bail, ensure, Context};
 use clap::ValueEnum;
 use serde_json::Value;
 
@@ -147,7 +147,7 @@ fn boot(series: Series, vmlinuz: &Path, initramfs: &Path) -> anyhow::Result<Valu
     );
     let complaints = kernel_complaints(&run.console);
     let results = guest_json(&run.result);
-    if run.timed_out || !complaints.is_empty() || results.is_none() {
+    if run.timed_out || run.stuck.is_some() || !complaints.is_empty() || results.is_none() {
         print_console_tail(&run.console, &run.console_log);
     }
     ensure!(
@@ -155,6 +155,9 @@ fn boot(series: Series, vmlinuz: &Path, initramfs: &Path) -> anyhow::Result<Valu
         "no result within {} s; qemu killed",
         TIMEOUT.as_secs()
     );
+    if let Some(why) = &run.stuck {
+        bail!("stuck in the emulator twice: {why}");
+    }
     ensure!(complaints.is_empty(), "{}", complaints.join("; "));
     results.context("the guest wrote no results (the bench failed; see its console)")
 }

@@ -9,11 +9,9 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
     os::unix::fs::{symlink, PermissionsExt},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    thread,
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -21,8 +19,8 @@ use anyhow::{ensure, Context};
 use clap::ValueEnum;
 
 use crate::{
-    apt_install, cargo, dpkg_installed, require_root, run_checked, workspace, KERNEL_TESTS,
-    STATIC_RUSTFLAGS, STATIC_TARGET,
+    apt_install, cargo, dpkg_installed, qemu_run::run_qemu, require_root, run_checked, workspace,
+    KERNEL_TESTS, STATIC_RUSTFLAGS, STATIC_TARGET,
 };
 
 /// A kernel series of the matrix, as `--kernel` names it.
@@ -662,6 +660,11 @@ fn boot(
             format!("no result within {} s; qemu killed", timeout.as_secs()),
         );
     }
+    if let Some(why) = &run.stuck {
+        outcome
+            .problems
+            .insert(0, format!("stuck in the emulator twice: {why}"));
+    }
     if !outcome.problems.is_empty() {
         print_console_tail(&run.console, &run.console_log);
     }
@@ -676,11 +679,14 @@ pub(crate) struct GuestRun {
     /// What /init wrote to the second serial port.
     pub result: String,
     pub timed_out: bool,
+    /// Why both boots were killed as stuck in the emulator.
+    pub stuck: Option<String>,
     pub seconds: f64,
 }
 
 /// Boots `vmlinuz` with `initramfs` until it powers off (killed after
-/// `timeout`), echoing the console with `prefix` and keeping it in `dir`.
+/// `timeout`, booted once more if stuck in the emulator), echoing the console
+/// with `prefix` and keeping it in `dir`.
 pub(crate) fn boot_guest(
     dir: &Path,
     prefix: &str,
@@ -691,33 +697,25 @@ pub(crate) fn boot_guest(
     fs::create_dir_all(dir)?;
     let console_log = dir.join("console.log");
     let result_file = dir.join("result");
-    // A result left from an earlier run must not pass for this one.
-    if result_file.exists() {
-        fs::remove_file(&result_file)?;
-    }
     eprintln!(
         "xtask: booting {}, console in {}",
         vmlinuz.display(),
         console_log.display()
     );
-    let started = Instant::now();
-    let mut qemu = qemu(vmlinuz, initramfs, &result_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("starting qemu-system-x86_64")?;
-    let stdout = qemu.stdout.take().expect("piped");
-    let log = fs::File::create(&console_log)?;
-    let prefix = prefix.to_string();
-    let streamer = thread::spawn(move || stream_console(stdout, log, &prefix));
-    let timed_out = wait_or_kill(&mut qemu, timeout)?;
-    let console = streamer.join().expect("console streamer")?;
+    let run = run_qemu(
+        || qemu(vmlinuz, initramfs, &result_file),
+        &result_file,
+        &console_log,
+        prefix,
+        timeout,
+    )?;
     Ok(GuestRun {
-        console,
+        console: run.console,
         console_log,
         result: fs::read_to_string(&result_file).unwrap_or_default(),
-        timed_out,
-        seconds: started.elapsed().as_secs_f64(),
+        timed_out: run.timed_out,
+        stuck: run.stuck,
+        seconds: run.seconds,
     })
 }
 
@@ -764,44 +762,6 @@ pub(crate) fn kvm_usable() -> bool {
     opens
         && fs::read_to_string("/proc/cpuinfo")
             .is_ok_and(|c| c.split_whitespace().any(|w| w == "vmx" || w == "svm"))
-}
-
-/// Writes every console line to the log, echoes it from /init's first line
-/// on (the kernel's boot messages stay in the log), and returns the whole console.
-pub(crate) fn stream_console(
-    stdout: impl std::io::Read,
-    mut log: fs::File,
-    prefix: &str,
-) -> anyhow::Result<String> {
-    let mut console = String::new();
-    let mut init_started = false;
-    for line in BufReader::new(stdout).split(b'\n') {
-        let line = String::from_utf8_lossy(&line?).trim_end().to_string();
-        writeln!(log, "{line}")?;
-        init_started |= ["gpu-trace-vm: ", "gpu-trace-lab: ", "gpu-trace-bench: "]
-            .iter()
-            .any(|p| line.starts_with(p));
-        if init_started {
-            eprintln!("{prefix}{line}");
-        }
-        console.push_str(&line);
-        console.push('\n');
-    }
-    Ok(console)
-}
-
-/// Waits for qemu to power off; kills it after `timeout`. True when it was killed.
-pub(crate) fn wait_or_kill(qemu: &mut Child, timeout: Duration) -> anyhow::Result<bool> {
-    let deadline = Instant::now() + timeout;
-    while qemu.try_wait()?.is_none() {
-        if Instant::now() >= deadline {
-            qemu.kill()?;
-            qemu.wait()?;
-            return Ok(true);
-        }
-        thread::sleep(Duration::from_millis(200));
-    }
-    Ok(false)
 }
 
 /// A kernel passes when /init reported, every step exited 0, and nothing

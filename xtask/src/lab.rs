@@ -758,28 +758,23 @@ fn boot(
             bail!("qemu exited {status}");
         }
     }
-    let mut stuck = None;
+    let mut killed = None;
     let console = if shell {
         String::new()
     } else {
         let prefix = format!("[lab {}] ", kernel.series.name());
         let run = run_qemu(command, &result_file, &console_log, &prefix, timeout)?;
-        if run.timed_out {
-            eprintln!(
-                "xtask: lab: no result within {} s; qemu killed",
-                timeout.as_secs()
-            );
+        killed = run.ending.problem();
+        if let Some(problem) = &killed {
+            eprintln!("xtask: lab: {problem}");
         }
-        stuck = run.stuck;
         run.console
     };
     let seconds = started.elapsed().as_secs_f64();
     let marker = fs::read_to_string(&result_file).unwrap_or_default();
     let mut outcome = judge(kernel, &console, &marker, seconds);
-    if let Some(why) = stuck {
-        outcome
-            .problems
-            .insert(0, format!("stuck in the emulator twice: {why}"));
+    if let Some(problem) = killed {
+        outcome.problems.insert(0, problem);
     }
     if !outcome.problems.is_empty() && !shell {
         print_console_tail(&console, &console_log);

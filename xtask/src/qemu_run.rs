@@ -38,11 +38,32 @@ const LOST_TIMER: &str = "timer wakeup didn't happen";
 pub(crate) struct QemuRun {
     /// Everything on the first serial port.
     pub console: String,
-    /// Killed at the deadline.
-    pub timed_out: bool,
-    /// Killed early because the guest was stuck in the emulator, and why.
-    pub stuck: Option<String>,
+    pub ending: Ending,
     pub seconds: f64,
+}
+
+/// How the last boot ended.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Ending {
+    PoweredOff,
+    /// Killed at the deadline.
+    TimedOut(Duration),
+    /// Killed early, stuck in the emulator, and why.
+    Stuck(String),
+}
+
+impl Ending {
+    /// Why the guest gave no result, when it was killed.
+    pub(crate) fn problem(&self) -> Option<String> {
+        match self {
+            Ending::PoweredOff => None,
+            Ending::TimedOut(after) => Some(format!(
+                "no result within {} s; qemu killed",
+                after.as_secs()
+            )),
+            Ending::Stuck(why) => Some(format!("stuck in the emulator twice: {why}")),
+        }
+    }
 }
 
 /// Runs the guest `command` makes, up to twice: the second boot only when
@@ -57,7 +78,7 @@ pub(crate) fn run_qemu(
     timeout: Duration,
 ) -> anyhow::Result<QemuRun> {
     let mut run = run_once(command(), result_file, console_log, prefix, timeout)?;
-    if let Some(why) = &run.stuck {
+    if let Ending::Stuck(why) = &run.ending {
         eprintln!(
             "xtask: {}the guest got stuck in the emulator ({why}); its console is in {}.old; booting it once more",
             prefix,
@@ -100,11 +121,7 @@ fn run_once(
     let console = streamer.join().expect("console streamer")?;
     Ok(QemuRun {
         console,
-        timed_out: matches!(ending, Ending::TimedOut),
-        stuck: match ending {
-            Ending::Stuck(why) => Some(why),
-            _ => None,
-        },
+        ending,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -114,12 +131,6 @@ fn run_once(
 struct Seen {
     init_started: AtomicBool,
     lost_timer: Mutex<Option<String>>,
-}
-
-enum Ending {
-    PoweredOff,
-    TimedOut,
-    Stuck(String),
 }
 
 /// Waits for qemu to power off; kills it at `timeout`, or as soon as the
@@ -141,7 +152,7 @@ fn wait(qemu: &mut Child, timeout: Duration, seen: &Seen) -> anyhow::Result<Endi
         };
         let ending = match stuck {
             Some(why) => Ending::Stuck(why),
-            None if started.elapsed() >= timeout => Ending::TimedOut,
+            None if started.elapsed() >= timeout => Ending::TimedOut(timeout),
             None => {
                 thread::sleep(Duration::from_millis(200));
                 continue;
@@ -234,7 +245,7 @@ mod tests {
         .unwrap();
         assert!(started.elapsed() < Duration::from_secs(20));
         assert_eq!(boots(dir.path()), "2");
-        assert!(run.stuck.is_none() && !run.timed_out);
+        assert_eq!(run.ending, Ending::PoweredOff);
         assert_eq!(run.console, "gpu-trace-vm: kernel 6.12\n");
         assert_eq!(fs::read_to_string(&log).unwrap(), run.console);
         let old = fs::read_to_string(dir.path().join("console.log.old")).unwrap();
@@ -254,7 +265,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(boots(dir.path()), "2");
-        let why = run.stuck.expect("stuck");
+        let Ending::Stuck(why) = run.ending else {
+            panic!("not stuck: {:?}", run.ending);
+        };
         assert!(
             why.starts_with(
                 "the kernel said: [  526.2] rcu: rcu_preempt kthread timer wakeup didn't happen"
@@ -278,7 +291,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(boots(dir.path()), "1");
-        assert!(run.timed_out && run.stuck.is_none());
+        assert_eq!(run.ending, Ending::TimedOut(Duration::from_secs(2)));
+        assert_eq!(
+            run.ending.problem().unwrap(),
+            "no result within 2 s; qemu killed"
+        );
         assert!(
             !result.exists(),
             "an earlier result must not survive a boot"

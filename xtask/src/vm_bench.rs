@@ -147,16 +147,12 @@ fn boot(series: Series, vmlinuz: &Path, initramfs: &Path) -> anyhow::Result<Valu
     );
     let complaints = kernel_complaints(&run.console);
     let results = guest_json(&run.result);
-    if run.timed_out || run.stuck.is_some() || !complaints.is_empty() || results.is_none() {
+    let killed = run.ending.problem();
+    if killed.is_some() || !complaints.is_empty() || results.is_none() {
         print_console_tail(&run.console, &run.console_log);
     }
-    ensure!(
-        !run.timed_out,
-        "no result within {} s; qemu killed",
-        TIMEOUT.as_secs()
-    );
-    if let Some(why) = &run.stuck {
-        bail!("stuck in the emulator twice: {why}");
+    if let Some(problem) = killed {
+        bail!(problem);
     }
     ensure!(complaints.is_empty(), "{}", complaints.join("; "));
     results.context("the guest wrote no results (the bench failed; see its console)")

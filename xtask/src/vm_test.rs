@@ -19,8 +19,9 @@ use anyhow::{ensure, Context};
 use clap::ValueEnum;
 
 use crate::{
-    apt_install, cargo, dpkg_installed, qemu_run::run_qemu, require_root, run_checked, workspace,
-    KERNEL_TESTS, STATIC_RUSTFLAGS, STATIC_TARGET,
+    apt_install, cargo, dpkg_installed,
+    qemu_run::{run_qemu, Ending},
+    require_root, run_checked, workspace, KERNEL_TESTS, STATIC_RUSTFLAGS, STATIC_TARGET,
 };
 
 /// A kernel series of the matrix, as `--kernel` names it.
@@ -654,16 +655,8 @@ fn boot(
         timeout,
     )?;
     let mut outcome = judge(series, &run.console, &run.result, run.seconds);
-    if run.timed_out {
-        outcome.problems.insert(
-            0,
-            format!("no result within {} s; qemu killed", timeout.as_secs()),
-        );
-    }
-    if let Some(why) = &run.stuck {
-        outcome
-            .problems
-            .insert(0, format!("stuck in the emulator twice: {why}"));
+    if let Some(problem) = run.ending.problem() {
+        outcome.problems.insert(0, problem);
     }
     if !outcome.problems.is_empty() {
         print_console_tail(&run.console, &run.console_log);
@@ -678,9 +671,7 @@ pub(crate) struct GuestRun {
     pub console_log: PathBuf,
     /// What /init wrote to the second serial port.
     pub result: String,
-    pub timed_out: bool,
-    /// Why both boots were killed as stuck in the emulator.
-    pub stuck: Option<String>,
+    pub ending: Ending,
     pub seconds: f64,
 }
 
@@ -713,8 +704,7 @@ pub(crate) fn boot_guest(
         console: run.console,
         console_log,
         result: fs::read_to_string(&result_file).unwrap_or_default(),
-        timed_out: run.timed_out,
-        stuck: run.stuck,
+        ending: run.ending,
         seconds: run.seconds,
     })
 }

@@ -572,6 +572,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         } else {
             (rate / producers as f64 * settings.seconds as f64) as u64
         };
+        let cpu_before = watch_thread_cpu(child.id());
         let started = Instant::now();
         let pace = (rate > 0.0).then(|| rate / producers as f64);
         let workers = producers_of_denials(open_loop, scene, producers, per_producer, pace);
@@ -587,6 +588,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         }
         let elapsed = started.elapsed().as_secs_f64();
         thread::sleep(Duration::from_millis(300)); // let watch drain
+        let cpu_after = watch_thread_cpu(child.id());
         peak_rss_kib = peak_rss_kib.max(peak_rss(child.id()));
         let summary = stop_for_summary(&mut child, stderr);
         let events = summary_number(&summary, "events");
@@ -602,9 +604,15 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         drop(text);
         let produced = events + lost;
         let rate_seen = produced as f64 / elapsed;
+        // watch's own cost per line it wrote, on each of its two threads:
+        // steadier than the zero-loss rung, which the producers' share of
+        // the CPUs moves as much as watch does.
+        let per_line = |before: f64, after: f64| 1e6 * (after - before) / received.max(1) as f64;
         steps.push(json!({
             "target_rate": if rate == 0.0 { Value::from("flat out") } else { Value::from(rate) },
             "produced": produced, "received": received, "lost": lost, "events_per_s": rate_seen,
+            "event_thread_us_per_line": per_line(cpu_before.0, cpu_after.0),
+            "output_thread_us_per_line": per_line(cpu_before.1, cpu_after.1),
         }));
         if lost == 0 && received == produced {
             best_zero_loss = best_zero_loss.max(rate_seen);
@@ -890,7 +898,30 @@ fn source_tarball(work: &Path) -> PathBuf {
 
 /// User and system CPU time of a process so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// User and system CPU time so far of `pid`'s event thread (the process's
+/// first) and of its output thread, in seconds.
+fn watch_thread_cpu(pid: u32) -> (f64, f64) {
+    let output = fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|task| {
+            fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == "gpu-trace-sink")
+        })
+        .map(|task| stat_cpu_seconds(&task.path().join("stat").to_string_lossy()))
+        .sum();
+    (
+        stat_cpu_seconds(&format!("/proc/{pid}/task/{pid}/stat")),
+        output,
+    )
+}
+
+/// utime + stime of a /proc stat file, in seconds.
+fn stat_cpu_seconds(stat_file: &str) -> f64 {
+    let stat = fs::read_to_string(stat_file).unwrap_or_default();
     // After the command name in parentheses: state is field 3, utime 14, stime 15.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -1174,12 +1205,14 @@ fn print_tables(results: &Value) {
     for s in t["steps"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s",
+            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s; watch's CPU per line {:.2} µs + {:.2} µs output",
             s["target_rate"].to_string().trim_matches('"'),
             s["produced"],
             s["received"],
             s["lost"],
-            s["events_per_s"].as_f64().unwrap_or(0.0)
+            s["events_per_s"].as_f64().unwrap_or(0.0),
+            s["event_thread_us_per_line"].as_f64().unwrap_or(0.0),
+            s["output_thread_us_per_line"].as_f64().unwrap_or(0.0),
         );
     }
     let _ = writeln!(

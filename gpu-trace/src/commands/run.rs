@@ -162,12 +162,15 @@ async fn trace_command(
     let mut report = Report::default();
     // How many it handed over (`limit`: more may wait; see Tracer::drain).
     let paint = style::paints(&io::stderr());
+    let mut line = Vec::new();
     let mut stream = |tracer: &mut Tracer, limit: usize| {
         let mut err = io::stderr().lock();
         tracer.drain(limit, |access| {
             let record = pipeline.process(access);
             if record.access.verdict.is_problem() && vendor_shown(&args.devices.vendors, &record) {
-                let _ = write_record(&mut err, args.format, paint, &record);
+                line.clear();
+                let _ = write_record(&mut line, args.format, paint, &record);
+                let _ = err.write_all(&line);
                 report.add(&record);
             }
         })

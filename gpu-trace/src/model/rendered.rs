@@ -19,6 +19,11 @@ impl<T: Serialize> Rendered<T> {
         let json = json::to_raw(&value);
         Self { value, json }
     }
+
+    /// The value's JSON, as rendered once.
+    pub fn json(&self) -> &RawValue {
+        &self.json
+    }
 }
 
 impl<T> std::ops::Deref for Rendered<T> {

@@ -69,8 +69,7 @@ impl Vendor {
 }
 
 /// What a node is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     Compute,
     Render,
@@ -78,6 +77,26 @@ pub enum Role {
     Control,
     Uvm,
     Caps,
+}
+
+impl Role {
+    /// As JSON names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Compute => "compute",
+            Role::Render => "render",
+            Role::Display => "display",
+            Role::Control => "control",
+            Role::Uvm => "uvm",
+            Role::Caps => "caps",
+        }
+    }
+}
+
+impl Serialize for Role {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
 }
 
 /// The sysfs facts of a node (`/sys/dev/char/MAJ:MIN/device`), when there.

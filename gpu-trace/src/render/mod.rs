@@ -6,3 +6,4 @@ pub mod check_report;
 pub mod output;
 pub mod run_report;
 pub mod summary_report;
+pub mod timestamp;

@@ -10,19 +10,16 @@ use std::{
     io::{self, Write},
 };
 
-use chrono::{DateTime, Local, Utc};
-use serde::Serialize;
-use serde_json::value::RawValue;
+use chrono::{DateTime, Local};
 
 use crate::{
     model::{
         access::Verdict,
-        container::{Container, Runtime},
-        denied_by::DeniedBy,
+        container::Runtime,
         record::{Record, RecordKind},
-        rendered::Rendered,
         vendor::{Role, Vendor},
     },
+    render::timestamp::write_rfc3339_micros,
     text::{
         json, style,
         terminal::{printable, TerminalLines},
@@ -38,8 +35,9 @@ pub enum Format {
 }
 
 /// `paint`: colour the human line's verdict and fix (text/style.rs).
+/// Appends the record's line(s) to `out`.
 pub fn write_record(
-    out: &mut impl Write,
+    out: &mut Vec<u8>,
     format: Format,
     paint: bool,
     record: &Record,
@@ -47,19 +45,18 @@ pub fn write_record(
     match format {
         Format::Human => write_human(out, record, "", paint),
         Format::Json => {
-            json::write(&mut *out, &JsonRecord::from(record))?;
-            out.write_all(b"\n")
+            write_json(out, record);
+            out.push(b'\n');
+            Ok(())
         }
     }
 }
 
-fn rfc3339(time: std::time::SystemTime) -> String {
-    DateTime::<Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
 /// The JSON lines object of one record, as a value (for reports).
 pub fn record_json(record: &Record) -> serde_json::Value {
-    serde_json::to_value(JsonRecord::from(record)).expect("plain data serializes")
+    let mut line = Vec::new();
+    write_json(&mut line, record);
+    serde_json::from_slice(&line).expect("write_json writes valid JSON")
 }
 
 /// The event's line and, when diagnosed, its fix line, each after `indent`.
@@ -210,121 +207,86 @@ fn json_text(bytes: &[u8]) -> (Cow<'_, str>, Option<String>) {
 
 /// The JSON lines schema. Field names are a stable interface: README.md
 /// documents each one; add fields, never rename them.
-#[derive(Serialize)]
-struct JsonRecord<'a> {
-    time: String,
-    /// "event", "repeats" or "summary" (see `RecordKind`).
-    kind: &'static str,
-    /// For a summary: how many cgroups it stands for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    summary_cgroups: Option<u64>,
-    count: u64,
-    first_seen: String,
-    last_seen: String,
-    verdict: &'static str,
-    verdict_source: &'static str,
-    pid: u32,
-    tid: u32,
-    uid: u32,
-    comm: Cow<'a, str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_hex: Option<String>,
-    cgroup_id: u64,
-    cgroup: Option<Cow<'a, str>>,
-    container: &'a Rendered<Container>,
-    device: Option<&'a str>,
-    driver: Option<&'a str>,
-    vendor: Option<&'static str>,
-    role: Option<Role>,
-    #[serde(rename = "type")]
-    device_type: Option<&'static str>,
-    major: Option<u32>,
-    minor: Option<u32>,
-    access: Option<String>,
-    bpf_retval: i32,
-    /// The device hook that gave the verdict: fexit, bpf_get_retval or errno.
-    verdict_from: &'static str,
-    syscall: Option<&'static str>,
-    path: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    path_hex: Option<String>,
-    path_truncated: bool,
-    ret: Option<i32>,
-    errno: Option<String>,
-    denied_by: Option<&'a Rendered<DeniedBy>>,
-    cause: Option<&'static str>,
-    /// Rendered once per diagnosis (see `Diagnosis`).
-    explanation: Option<&'a RawValue>,
-    hint: Option<&'a RawValue>,
+/// One record as a JSON object (no newline): the schema docs/json-schema.md
+/// describes, in its order. Written field by field (text/json.rs): this is
+/// the line every event of a flood costs.
+fn write_json(out: &mut Vec<u8>, record: &Record) {
+    let a = &record.access;
+    let seen = a.device_seen;
+    let open = a.open.as_ref();
+    let mut o = json::ObjectWriter::begin(out);
+    o.str_with("time", |out| write_rfc3339_micros(out, record.time));
+    o.str("kind", record.kind.name());
+    if let RecordKind::Summary { cgroups } = record.kind {
+        o.num("summary_cgroups", cgroups);
+    }
+    o.num("count", record.count);
+    o.str_with("first_seen", |out| {
+        write_rfc3339_micros(out, record.first_seen)
+    });
+    o.str_with("last_seen", |out| {
+        write_rfc3339_micros(out, record.last_seen)
+    });
+    o.str("verdict", a.verdict.name());
+    o.str("verdict_source", a.verdict.source());
+    o.num("pid", a.pid);
+    o.num("tid", a.tid);
+    o.num("uid", a.uid);
+    let (comm, comm_hex) = json_text(&a.comm);
+    o.str("comm", &comm);
+    if let Some(hex) = &comm_hex {
+        o.str("comm_hex", hex);
+    }
+    o.num("cgroup_id", a.cgroup_id);
+    let cgroup = record
+        .cgroup
+        .as_ref()
+        .map(|p| json_text(p.as_os_str().as_encoded_bytes()).0);
+    o.opt_str("cgroup", cgroup.as_deref());
+    o.raw("container", record.container.json());
+    o.opt_str("device", record.device.as_deref());
+    o.opt_str("driver", record.driver.as_deref());
+    o.opt_str("vendor", record.vendor.map(Vendor::name));
+    o.opt_str("role", record.role.map(Role::name));
+    o.opt_str("type", seen.then_some(a.type_letter()));
+    o.opt_num("major", seen.then_some(a.major));
+    o.opt_num("minor", seen.then_some(a.minor));
+    o.opt_str("access", seen.then(|| a.access_letters()).as_deref());
+    o.num("bpf_retval", a.bpf_retval);
+    o.str("verdict_from", a.verdict_from.name());
+    o.opt_str("syscall", open.map(|o| o.syscall));
+    let (path, path_hex) = match open {
+        Some(open) => {
+            let (text, hex) = json_text(&open.path);
+            (Some(text), hex)
+        }
+        None => (None, None),
+    };
+    o.opt_str("path", path.as_deref());
+    if let Some(hex) = &path_hex {
+        o.str("path_hex", hex);
+    }
+    o.bool("path_truncated", open.is_some_and(|o| o.path_truncated));
+    o.opt_num("ret", open.and_then(|o| o.ret));
+    match open.and_then(|o| o.errno()) {
+        Some(errno) => o.str_with("errno", |out| write_errno_name(out, errno)),
+        None => o.opt_str("errno", None),
+    }
+    o.opt_raw("denied_by", record.denied_by.as_deref().map(|d| d.json()));
+    let diagnosis = record.diagnosis.as_deref();
+    o.opt_str("cause", diagnosis.map(|d| d.cause.id()));
+    o.opt_raw("explanation", diagnosis.map(|d| &*d.json_explanation));
+    o.opt_raw("hint", diagnosis.map(|d| &*d.json_hint));
+    o.end();
 }
 
-impl<'a> From<&'a Record> for JsonRecord<'a> {
-    fn from(record: &'a Record) -> Self {
-        let a = &record.access;
-        let (comm, comm_hex) = json_text(&a.comm);
-        let (path, path_hex) = match &a.open {
-            Some(open) => {
-                let (text, hex) = json_text(&open.path);
-                (Some(text), hex)
-            }
-            None => (None, None),
-        };
-        let seen = a.device_seen;
-        // A record that stands for one access has all three times equal:
-        // format once (done three times, chrono took ~6 % of watch under a flood).
-        let time = rfc3339(record.time);
-        let same_time = |other| {
-            if other == record.time {
-                time.clone()
-            } else {
-                rfc3339(other)
-            }
-        };
-        Self {
-            first_seen: same_time(record.first_seen),
-            last_seen: same_time(record.last_seen),
-            time,
-            kind: record.kind.name(),
-            summary_cgroups: match record.kind {
-                RecordKind::Summary { cgroups } => Some(cgroups),
-                _ => None,
-            },
-            count: record.count,
-            verdict: a.verdict.name(),
-            verdict_source: a.verdict.source(),
-            pid: a.pid,
-            tid: a.tid,
-            uid: a.uid,
-            comm,
-            comm_hex,
-            cgroup_id: a.cgroup_id,
-            cgroup: record
-                .cgroup
-                .as_ref()
-                .map(|p| json_text(p.as_os_str().as_encoded_bytes()).0),
-            container: &record.container,
-            device: record.device.as_deref(),
-            driver: record.driver.as_deref(),
-            vendor: record.vendor.map(Vendor::name),
-            role: record.role,
-            device_type: seen.then_some(a.type_letter()),
-            major: seen.then_some(a.major),
-            minor: seen.then_some(a.minor),
-            access: seen.then(|| a.access_letters()),
-            bpf_retval: a.bpf_retval,
-            verdict_from: a.verdict_from.name(),
-            syscall: a.open.as_ref().map(|o| o.syscall),
-            path,
-            path_hex,
-            path_truncated: a.open.as_ref().is_some_and(|o| o.path_truncated),
-            ret: a.open.as_ref().and_then(|o| o.ret),
-            errno: a.open.as_ref().and_then(|o| o.errno()).map(errno_name),
-            denied_by: record.denied_by.as_deref(),
-            cause: record.diagnosis.as_ref().map(|d| d.cause.id()),
-            explanation: record.diagnosis.as_ref().map(|d| &*d.json_explanation),
-            hint: record.diagnosis.as_ref().map(|d| &*d.json_hint),
-        }
-    }
+/// `errno_name` without a String per line.
+fn write_errno_name(out: &mut Vec<u8>, errno: i32) {
+    use std::io::Write as _;
+    let _ = match nix::errno::Errno::from_raw(errno) {
+        nix::errno::Errno::UnknownErrno => write!(out, "errno {errno}"),
+        known => write!(out, "{known:?}"),
+    };
 }
 
 #[cfg(test)]

@@ -59,9 +59,181 @@ pub fn to_raw<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
     RawValue::from_string(to_string(value)).expect("serde_json writes valid JSON")
 }
 
+/// One JSON object written field by field, straight into a line buffer:
+/// under a flood every event is a line of some forty fields, and going
+/// through serde's serializer cost more than everything else watch does per
+/// event. Strings are escaped exactly as `write` escapes them.
+pub struct ObjectWriter<'a> {
+    out: &'a mut Vec<u8>,
+    empty: bool,
+}
+
+impl<'a> ObjectWriter<'a> {
+    pub fn begin(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Self { out, empty: true }
+    }
+
+    pub fn end(self) {
+        self.out.push(b'}');
+    }
+
+    /// `"key":`; keys are our own identifiers, which need no escaping.
+    fn key(&mut self, key: &'static str) -> &mut Vec<u8> {
+        debug_assert!(key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        if !self.empty {
+            self.out.push(b',');
+        }
+        self.empty = false;
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        self.out
+    }
+
+    pub fn str(&mut self, key: &'static str, value: &str) {
+        write_str(self.key(key), value);
+    }
+
+    pub fn opt_str(&mut self, key: &'static str, value: Option<&str>) {
+        match value {
+            Some(value) => self.str(key, value),
+            None => self.key(key).extend_from_slice(b"null"),
+        }
+    }
+
+    pub fn num(&mut self, key: &'static str, value: impl itoa::Integer) {
+        let mut digits = itoa::Buffer::new();
+        let text = digits.format(value);
+        self.key(key).extend_from_slice(text.as_bytes());
+    }
+
+    pub fn opt_num(&mut self, key: &'static str, value: Option<impl itoa::Integer>) {
+        match value {
+            Some(value) => self.num(key, value),
+            None => self.key(key).extend_from_slice(b"null"),
+        }
+    }
+
+    pub fn bool(&mut self, key: &'static str, value: bool) {
+        let text: &[u8] = if value { b"true" } else { b"false" };
+        self.key(key).extend_from_slice(text);
+    }
+
+    /// A value rendered once beforehand (see `to_raw`).
+    pub fn raw(&mut self, key: &'static str, value: &RawValue) {
+        self.key(key).extend_from_slice(value.get().as_bytes());
+    }
+
+    pub fn opt_raw(&mut self, key: &'static str, value: Option<&RawValue>) {
+        match value {
+            Some(value) => self.raw(key, value),
+            None => self.key(key).extend_from_slice(b"null"),
+        }
+    }
+
+    /// A string value written by `write` into the line: for the odd value
+    /// that is not text (a timestamp formatted in place).
+    pub fn str_with(&mut self, key: &'static str, write: impl FnOnce(&mut Vec<u8>)) {
+        let out = self.key(key);
+        out.push(b'"');
+        let start = out.len();
+        write(out);
+        debug_assert!(
+            out[start..].iter().all(|&b| is_plain(b)),
+            "needs no escaping"
+        );
+        out.push(b'"');
+    }
+}
+
+/// A byte that goes into a JSON string as it is, in every context.
+fn is_plain(b: u8) -> bool {
+    (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\'
+}
+
+/// `value` as a JSON string, quotes included, escaped as `write` would.
+pub fn write_str(out: &mut Vec<u8>, value: &str) {
+    out.push(b'"');
+    // Most strings (ASCII paths, names) need no escape at all.
+    if value.bytes().all(is_plain) {
+        out.extend_from_slice(value.as_bytes());
+    } else {
+        write_escaped(out, value);
+    }
+    out.push(b'"');
+}
+
+fn write_escaped(out: &mut Vec<u8>, value: &str) {
+    for c in value.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
+            c if c < ' ' || needs_unicode_escape(c) => {
+                // JSON's \u takes four hex digits: a character beyond the
+                // BMP (tag characters) is written as its UTF-16 pair.
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
+                }
+            }
+            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strings_are_escaped_as_the_serializer_escapes_them() {
+        let hostile = [
+            "",
+            "plain /dev/nvidia-uvm",
+            "quote\" back\\ slash",
+            "\u{0}\u{1}\u{8}\u{9}\u{a}\u{c}\u{d}\u{1b}[31m\u{1f}",
+            "a\u{7f}b\u{80}\u{9b}\u{9f}c\u{a0}",
+            "bidi \u{202e}evil\u{2066} zw\u{200b}\u{feff}",
+            "tag \u{e0072}\u{e0100} emoji \u{1f600} accent é ü",
+        ];
+        for text in hostile {
+            let mut ours = Vec::new();
+            write_str(&mut ours, text);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                to_string(text),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_object_reads_back_as_written() {
+        let raw = to_raw(&serde_json::json!({"a": [1, "b"]}));
+        let mut out = Vec::new();
+        let mut object = ObjectWriter::begin(&mut out);
+        object.str("s", "x\ny");
+        object.opt_str("none", None);
+        object.num("n", -7i32);
+        object.opt_num("big", Some(u64::MAX));
+        object.opt_num("no_num", None::<u32>);
+        object.bool("t", true);
+        object.raw("raw", &raw);
+        object.opt_raw("no_raw", None);
+        object.str_with("time", |out| out.extend_from_slice(b"12:00"));
+        object.end();
+        let back: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+        assert_eq!(
+            back,
+            serde_json::json!({"s": "x\ny", "none": null, "n": -7, "big": u64::MAX,
+                "no_num": null, "t": true, "raw": {"a": [1, "b"]}, "no_raw": null, "time": "12:00"})
+        );
+    }
 
     #[test]
     fn del_c1_and_bidi_become_unicode_escapes() {

@@ -573,6 +573,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             (rate / producers as f64 * settings.seconds as f64) as u64
         };
         let cpu_before = watch_thread_cpu(child.id());
+        let producers_cpu_before = waited_children_cpu();
         let started = Instant::now();
         let pace = (rate > 0.0).then(|| rate / producers as f64);
         let workers = producers_of_denials(open_loop, scene, producers, per_producer, pace);
@@ -587,6 +588,8 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             let _ = w.wait_with_output();
         }
         let elapsed = started.elapsed().as_secs_f64();
+        // Only the producers were waited for since: watch is waited for below.
+        let producers_cpu = waited_children_cpu() - producers_cpu_before;
         thread::sleep(Duration::from_millis(300)); // let watch drain
         let cpu_after = watch_thread_cpu(child.id());
         peak_rss_kib = peak_rss_kib.max(peak_rss(child.id()));
@@ -613,6 +616,9 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             "produced": produced, "received": received, "lost": lost, "events_per_s": rate_seen,
             "event_thread_us_per_line": per_line(cpu_before.0, cpu_after.0),
             "output_thread_us_per_line": per_line(cpu_before.1, cpu_after.1),
+            // What one denied open costs its producer (the kernel's open path
+            // and our programs): the CPUs the producers take at a given rate.
+            "producer_us_per_denial": 1e6 * producers_cpu / produced.max(1) as f64,
         }));
         if lost == 0 && received == produced {
             best_zero_loss = best_zero_loss.max(rate_seen);
@@ -622,7 +628,24 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     }
     let sink_after = sink_before.map(|_| sink_lines_per_s(&out_file, line_bytes as usize));
     let folded = folded_flood(settings, open_loop, scene, producers);
+    // The CPU budget at the busiest paced step: what one event costs the
+    // producer, watch's event thread and its output thread together, and so
+    // the most events per second this machine's CPUs could carry with no
+    // time to spare for bursts; and what watch alone could take, its busier
+    // thread given a CPU of its own.
+    let busiest = steps.last().filter(|s| s["target_rate"].is_number());
+    let cpu_budget = busiest.map(|s| {
+        let cost = |field: &str| s[field].as_f64().unwrap_or(0.0);
+        let watch = cost("event_thread_us_per_line").max(cost("output_thread_us_per_line"));
+        let total = cost("producer_us_per_denial")
+            + cost("event_thread_us_per_line")
+            + cost("output_thread_us_per_line");
+        json!({ "at_rate": s["target_rate"], "us_per_event": total,
+                "cpus_carry_events_per_s": cpus() as f64 * 1e6 / total,
+                "watch_alone_events_per_s": 1e6 / watch })
+    });
     json!({ "producers": producers, "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss,
+            "cpu_budget": cpu_budget,
             "line_bytes": line_bytes,
             "sink_lines_per_s": { "before": sink_before, "after": sink_after },
             "peak_rss_mib": peak_rss_kib as f64 / 1024.0, "folded_flood": folded })
@@ -660,12 +683,14 @@ fn folded_flood(settings: &Settings, open_loop: &Path, scene: &Scene, producers:
     let (mut child, stderr) = watch_into_file(&["--major", &scene.major.to_string()], &out_file);
     let per_producer = settings.seconds * 1_000_000;
     let cpu_before = cpu_seconds(child.id());
+    let producers_cpu_before = waited_children_cpu();
     let started = Instant::now();
     let workers = producers_of_denials(open_loop, scene, producers, per_producer, None);
     for w in workers {
         let _ = w.wait_with_output();
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let producers_cpu = waited_children_cpu() - producers_cpu_before;
     let watch_cpu = cpu_seconds(child.id()) - cpu_before;
     let summary = stop_for_summary(&mut child, stderr);
     let text = fs::read_to_string(&out_file).unwrap_or_default();
@@ -681,6 +706,7 @@ fn folded_flood(settings: &Settings, open_loop: &Path, scene: &Scene, producers:
         "lost": summary_number(&summary, "lost"),
         "denials_per_s": produced as f64 / elapsed,
         "watch_cpu_share": watch_cpu / elapsed,
+        "producer_us_per_denial": 1e6 * producers_cpu / produced as f64,
     })
 }
 
@@ -919,6 +945,19 @@ fn watch_thread_cpu(pid: u32) -> (f64, f64) {
     )
 }
 
+/// User and system CPU time of this process's children that were waited
+/// for, so far, in seconds.
+fn waited_children_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct it is given and nothing else.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 /// utime + stime of a /proc stat file, in seconds.
 fn stat_cpu_seconds(stat_file: &str) -> f64 {
     let stat = fs::read_to_string(stat_file).unwrap_or_default();
@@ -1136,11 +1175,11 @@ fn machine() -> String {
         })
         .unwrap_or_default();
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!(
-        "{} CPUs, {cpu}, kernel {}",
-        thread::available_parallelism().map_or(0, |n| n.get()),
-        kernel.trim()
-    )
+    format!("{} CPUs, {cpu}, kernel {}", cpus(), kernel.trim())
+}
+
+fn cpus() -> usize {
+    thread::available_parallelism().map_or(0, |n| n.get())
 }
 
 fn print_tables(results: &Value) {
@@ -1205,12 +1244,13 @@ fn print_tables(results: &Value) {
     for s in t["steps"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s; watch's CPU per line {:.2} µs + {:.2} µs output",
+            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s; CPU per event: producer {:.2} µs, watch {:.2} µs + {:.2} µs output",
             s["target_rate"].to_string().trim_matches('"'),
             s["produced"],
             s["received"],
             s["lost"],
             s["events_per_s"].as_f64().unwrap_or(0.0),
+            s["producer_us_per_denial"].as_f64().unwrap_or(0.0),
             s["event_thread_us_per_line"].as_f64().unwrap_or(0.0),
             s["output_thread_us_per_line"].as_f64().unwrap_or(0.0),
         );
@@ -1220,6 +1260,17 @@ fn print_tables(results: &Value) {
         "  highest rate with zero loss: {:.0} events/s",
         t["highest_zero_loss_events_per_s"].as_f64().unwrap_or(0.0)
     );
+    let budget = &t["cpu_budget"];
+    if let Some(total) = budget["us_per_event"].as_f64() {
+        let _ = writeln!(
+            out,
+            "  CPU per event at the {} step, producer and watch together: {total:.2} µs; the {} CPUs carry at most {:.0} events/s at that cost, and watch alone (its busier thread on a CPU of its own) could take {:.0}",
+            budget["at_rate"],
+            cpus(),
+            budget["cpus_carry_events_per_s"].as_f64().unwrap_or(0.0),
+            budget["watch_alone_events_per_s"].as_f64().unwrap_or(0.0),
+        );
+    }
     let sink = &t["sink_lines_per_s"];
     if let (Some(before), Some(after)) = (sink["before"].as_f64(), sink["after"].as_f64()) {
         let _ = writeln!(
@@ -1236,13 +1287,14 @@ fn print_tables(results: &Value) {
     let f = &t["folded_flood"];
     let _ = writeln!(
         out,
-        "\nDenied flood folded in the kernel ({} producers flat out, watch's default --fold 5s):\n    produced {}, sum of count {}, in {} records, lost {}, {:.0} denials/s, watch used {:.1} % of one CPU",
+        "\nDenied flood folded in the kernel ({} producers flat out, watch's default --fold 5s):\n    produced {}, sum of count {}, in {} records, lost {}, {:.0} denials/s ({:.2} µs of CPU each), watch used {:.1} % of one CPU",
         t["producers"],
         f["produced"],
         f["counted"],
         f["records"],
         f["lost"],
         f["denials_per_s"].as_f64().unwrap_or(0.0),
+        f["producer_us_per_denial"].as_f64().unwrap_or(0.0),
         100.0 * f["watch_cpu_share"].as_f64().unwrap_or(0.0),
     );
     print_startup(&mut out, &results["startup"]);

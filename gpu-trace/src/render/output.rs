@@ -374,6 +374,34 @@ mod tests {
     }
 
     #[test]
+    fn a_json_line_is_written_byte_for_byte_as_documented() {
+        // The line serde's serializer wrote for this record before watch
+        // wrote its lines field by field: order, escapes and all.
+        use std::time::Duration;
+        let at = |secs, nanos| SystemTime::UNIX_EPOCH + Duration::new(secs, nanos);
+        let mut r = record(
+            b"evil\nname\x80\x7f\xc2\x9b",
+            b"/tmp/a\"b\nc\\d\xff\xfe\x1b[31m\xe2\x80\xae",
+        );
+        r.time = at(1_764_686_041, 210_256_999);
+        r.first_seen = at(1_764_686_040, 5_000);
+        r.last_seen = at(1_764_686_042, 999_999_999);
+        r.count = 12_345_678_901;
+        r.kind = RecordKind::Summary { cgroups: 7 };
+        r.vendor = Some(Vendor::Nvidia);
+        r.role = Some(Role::Uvm);
+        r.cgroup = None;
+        r.diagnosis = Some(std::rc::Rc::new(crate::model::diagnosis::Diagnosis::new(
+            crate::model::diagnosis::Cause::DeviceDenied,
+            "denied in \u{202e} x".into(),
+            vec!["fix a".into(), "fix `b`".into()],
+        )));
+        let (line, _) = json_of(&r);
+        let expected = r#"{"time":"2025-12-02T14:34:01.210256Z","kind":"summary","summary_cgroups":7,"count":12345678901,"first_seen":"2025-12-02T14:34:00.000005Z","last_seen":"2025-12-02T14:34:02.999999Z","verdict":"denied","verdict_source":"cgroup-bpf","pid":7,"tid":8,"uid":0,"comm":"evil\nname\\x80\u007f\u009b","comm_hex":"6576696c0a6e616d65807fc29b","cgroup_id":44,"cgroup":null,"container":{"runtime":"lxc","id":"200","name":null,"cgroup":"/lxc/200"},"device":"nvidia-uvm","driver":"nvidia-uvm","vendor":"nvidia","role":"uvm","type":"c","major":511,"minor":0,"access":"rw","bpf_retval":-1,"verdict_from":"bpf_get_retval","syscall":"openat","path":"/tmp/a\"b\nc\\d\\xff\\xfe\u001b[31m\u202e","path_hex":"2f746d702f6122620a635c64fffe1b5b33316de280ae","path_truncated":false,"ret":-1,"errno":"EPERM","denied_by":null,"cause":"device-denied","explanation":"denied in \u202e x","hint":"fix a; fix `b`"}"#;
+        assert_eq!(line, format!("{expected}\n"));
+    }
+
+    #[test]
     fn hostile_bytes_never_break_a_json_line() {
         let path = b"/tmp/a\"b\nc\\d\xff\xfe\x1b[31m";
         let comm = b"evil\nname\x80";

@@ -225,6 +225,47 @@ mod tests {
     }
 
     #[test]
+    fn random_strings_are_escaped_as_the_serializer_escapes_them() {
+        // Characters from every class the two escapers treat apart: plain
+        // ASCII, JSON's own escapes, C0, DEL, C1, format characters, and
+        // characters of two, three and four bytes that go out as they are.
+        let alphabet: Vec<char> = ('\u{0}'..='\u{7f}')
+            .chain('\u{80}'..='\u{a0}')
+            .chain([
+                '\u{ad}', 'é', '\u{61c}', '\u{200b}', '\u{202e}', '\u{2066}', '€',
+            ])
+            .chain([
+                '\u{feff}',
+                '\u{fffb}',
+                '\u{1f600}',
+                '\u{e0001}',
+                '\u{e01ef}',
+                '\u{10ffff}',
+            ])
+            .collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 24) as usize;
+            let text: String = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let mut ours = Vec::new();
+            write_str(&mut ours, &text);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                to_string(&text),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
     fn an_object_reads_back_as_written() {
         let raw = to_raw(&serde_json::json!({"a": [1, "b"]}));
         let mut out = Vec::new();

@@ -62,7 +62,7 @@ pub fn to_raw<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
 /// One JSON object written field by field, straight into a line buffer:
 /// under a flood every event is a line of some forty fields, and going
 /// through serde's serializer cost more than everything else watch does per
-/// event. Strings are escaped exactly as `write` escapes them.
+/// event. Strings are escaped by `write_str`, as `write` escapes them.
 pub struct ObjectWriter<'a> {
     out: &'a mut Vec<u8>,
     empty: bool,
@@ -163,38 +163,17 @@ fn is_plain(b: u8) -> bool {
     (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\'
 }
 
-/// `value` as a JSON string, quotes included, escaped as `write` would.
+/// `value` as a JSON string, quotes included, escaped as `write` escapes it.
 pub fn write_str(out: &mut Vec<u8>, value: &str) {
-    out.push(b'"');
     // Most strings (ASCII paths, names) need no escape at all. Every byte is
     // looked at, without an early exit, so that the check runs in SIMD.
     if value.bytes().fold(true, |plain, b| plain & is_plain(b)) {
+        out.push(b'"');
         out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
     } else {
-        write_escaped(out, value);
-    }
-    out.push(b'"');
-}
-
-fn write_escaped(out: &mut Vec<u8>, value: &str) {
-    for c in value.chars() {
-        match c {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            '\u{8}' => out.extend_from_slice(b"\\b"),
-            '\u{c}' => out.extend_from_slice(b"\\f"),
-            c if c < ' ' || needs_unicode_escape(c) => {
-                // JSON's \u takes four hex digits: a character beyond the
-                // BMP (tag characters) is written as its UTF-16 pair.
-                for unit in c.encode_utf16(&mut [0; 2]) {
-                    out.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
-                }
-            }
-            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-        }
+        // The rest goes through the one terminal-safe escaper.
+        write(&mut *out, value).expect("a string serializes into memory");
     }
 }
 

@@ -34,8 +34,8 @@ pub enum Format {
     Json,
 }
 
-/// `paint`: colour the human line's verdict and fix (text/style.rs).
-/// Appends the record's line(s) to `out`.
+/// Appends the record's line(s) to `out`. `paint`: colour the human line's
+/// verdict and fix (text/style.rs).
 pub fn write_record(
     out: &mut Vec<u8>,
     format: Format,
@@ -179,9 +179,18 @@ fn cgroup_text(record: &Record) -> String {
 
 /// "EPERM", "ENXIO", ...
 pub fn errno_name(errno: i32) -> String {
-    match nix::errno::Errno::from_raw(errno) {
-        nix::errno::Errno::UnknownErrno => format!("errno {errno}"),
-        known => format!("{known:?}"),
+    ErrnoName(errno).to_string()
+}
+
+/// An errno's name, written where it goes (a JSON line needs no String).
+struct ErrnoName(i32);
+
+impl std::fmt::Display for ErrnoName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match nix::errno::Errno::from_raw(self.0) {
+            nix::errno::Errno::UnknownErrno => write!(f, "errno {}", self.0),
+            known => write!(f, "{known:?}"),
+        }
     }
 }
 
@@ -205,11 +214,10 @@ fn json_text(bytes: &[u8]) -> (Cow<'_, str>, Option<String>) {
     }
 }
 
-/// The JSON lines schema. Field names are a stable interface: README.md
-/// documents each one; add fields, never rename them.
-/// One record as a JSON object (no newline): the schema docs/json-schema.md
-/// describes, in its order. Written field by field (text/json.rs): this is
-/// the line every event of a flood costs.
+/// One record as a JSON object (no newline), in the order and with the
+/// fields docs/json-schema.md documents: a stable interface, so add fields,
+/// never rename them. Written field by field (text/json.rs): this is the
+/// line every event of a flood costs.
 fn write_json(out: &mut Vec<u8>, record: &Record) {
     let a = &record.access;
     let seen = a.device_seen;
@@ -269,7 +277,9 @@ fn write_json(out: &mut Vec<u8>, record: &Record) {
     o.bool("path_truncated", open.is_some_and(|o| o.path_truncated));
     o.opt_num("ret", open.and_then(|o| o.ret));
     match open.and_then(|o| o.errno()) {
-        Some(errno) => o.str_with("errno", |out| write_errno_name(out, errno)),
+        Some(errno) => o.str_with("errno", |out| {
+            let _ = write!(out, "{}", ErrnoName(errno));
+        }),
         None => o.opt_str("errno", None),
     }
     o.opt_raw("denied_by", record.denied_by.as_deref().map(|d| d.json()));
@@ -278,15 +288,6 @@ fn write_json(out: &mut Vec<u8>, record: &Record) {
     o.opt_raw("explanation", diagnosis.map(|d| &*d.json_explanation));
     o.opt_raw("hint", diagnosis.map(|d| &*d.json_hint));
     o.end();
-}
-
-/// `errno_name` without a String per line.
-fn write_errno_name(out: &mut Vec<u8>, errno: i32) {
-    use std::io::Write as _;
-    let _ = match nix::errno::Errno::from_raw(errno) {
-        nix::errno::Errno::UnknownErrno => write!(out, "errno {errno}"),
-        known => write!(out, "{known:?}"),
-    };
 }
 
 #[cfg(test)]

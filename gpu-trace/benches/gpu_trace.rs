@@ -640,7 +640,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         let total = cost("producer_us_per_denial")
             + cost("event_thread_us_per_line")
             + cost("output_thread_us_per_line");
-        json!({ "at_rate": s["target_rate"], "us_per_event": total,
+        json!({ "at_rate": s["target_rate"], "us_per_event": total, "cpus": cpus(),
                 "cpus_carry_events_per_s": cpus() as f64 * 1e6 / total,
                 "watch_alone_events_per_s": 1e6 / watch })
     });
@@ -1266,7 +1266,7 @@ fn print_tables(results: &Value) {
             out,
             "  CPU per event at the {} step, producer and watch together: {total:.2} µs; the {} CPUs carry at most {:.0} events/s at that cost, and watch alone (its busier thread on a CPU of its own) could take {:.0}",
             budget["at_rate"],
-            cpus(),
+            budget["cpus"],
             budget["cpus_carry_events_per_s"].as_f64().unwrap_or(0.0),
             budget["watch_alone_events_per_s"].as_f64().unwrap_or(0.0),
         );

@@ -13,6 +13,7 @@ use std::{
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
+mod cargo_tools;
 mod image;
 mod lab;
 mod promtool;
@@ -296,8 +297,8 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     }
 }
 
-const CARGO_DEB_VERSION: &str = "3.8.0";
-const CARGO_GENERATE_RPM_VERSION: &str = "0.21.1";
+/// rpmbuild makes the RPM; rpm, rpm2cpio and cpio read it back.
+const RPM_PACKAGES: [&str; 2] = ["rpm", "cpio"];
 /// The target of the statically linked builds (the RPM's binary, the test
 /// guests'): given explicitly, so that RUSTFLAGS reaches only the target's
 /// units and host build scripts, and the normal target/ builds, stay as they are.
@@ -316,14 +317,15 @@ const RPM_FILES: [&str; 7] = [
     "/usr/share/zsh/site-functions/_gpu-trace",
 ];
 
-/// The package: release binary, man page and completions rendered by the
-/// binary itself, then cargo-deb with the assets listed in gpu-trace/Cargo.toml.
+/// The packages: the statically linked release binary (one build for the
+/// .deb, the RPM and the image), its man page and completions rendered by
+/// the binary itself, then cargo-deb with the assets listed in
+/// gpu-trace/Cargo.toml and rpmbuild with contrib/gpu-trace.spec.
 fn dist(check: bool) -> anyhow::Result<()> {
     let dist = workspace().join("target/dist");
     let completions = dist.join("completions");
     std::fs::create_dir_all(&completions)?;
-    run_checked(Command::new(cargo()).args(["build", "--release", "--package", "gpu-trace"]))?;
-    let binary = workspace().join("target/release/gpu-trace");
+    let binary = static_binary()?;
     let render = |args: &[&str]| -> anyhow::Result<Vec<u8>> {
         let out = Command::new(&binary)
             .args(args)
@@ -347,15 +349,17 @@ fn dist(check: bool) -> anyhow::Result<()> {
     ] {
         std::fs::write(completions.join(file), render(&["completions", shell])?)?;
     }
-    ensure_cargo_tool("deb", "cargo-deb", CARGO_DEB_VERSION)?;
+    cargo_tools::ensure(&cargo_tools::CARGO_DEB)?;
     let deb = dist.join(format!("gpu-trace_{}_amd64.deb", env!("CARGO_PKG_VERSION")));
     run_checked(
         Command::new(cargo())
-            .args(["deb", "--package", "gpu-trace", "--no-build", "--output"])
+            .args(["deb", "--package", "gpu-trace", "--no-build", "--target"])
+            .arg(STATIC_TARGET)
+            .arg("--output")
             .arg(&deb),
     )?;
     println!("xtask: built {}", deb.display());
-    let rpm = build_rpm(&dist)?;
+    let rpm = build_rpm(&dist, &binary)?;
     println!("xtask: built {}", rpm.display());
     if check {
         check_package(&deb)?;
@@ -364,7 +368,7 @@ fn dist(check: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The release binary linked statically, for the RPM and the image.
+/// The release binary linked statically, for the packages, the image and the test guests.
 fn static_binary() -> anyhow::Result<PathBuf> {
     run_checked(
         Command::new(cargo())
@@ -378,34 +382,41 @@ fn static_binary() -> anyhow::Result<PathBuf> {
         .join("release/gpu-trace"))
 }
 
-/// The RPM, around a statically linked build of the same sources.
-fn build_rpm(dist: &Path) -> anyhow::Result<PathBuf> {
-    static_binary()?;
-    ensure_cargo_tool(
-        "generate-rpm",
-        "cargo-generate-rpm",
-        CARGO_GENERATE_RPM_VERSION,
-    )?;
-    let rpm = dist.join(format!(
-        "gpu-trace-{}-1.x86_64.rpm",
-        env!("CARGO_PKG_VERSION")
-    ));
+/// The RPM, around a statically linked build of the same sources: rpmbuild
+/// (Debian's `rpm` package) with contrib/gpu-trace.spec, which lists the files.
+fn build_rpm(dist: &Path, binary: &Path) -> anyhow::Result<PathBuf> {
+    apt_install(&RPM_PACKAGES)?;
+    let version = env!("CARGO_PKG_VERSION");
+    let topdir = tempfile_dir("rpmbuild")?;
+    let define = |name: &str, value: &Path| format!("{name} {}", value.display());
     run_checked(
-        Command::new(cargo())
-            .args(["generate-rpm", "--package", "gpu-trace", "--target"])
-            .arg(STATIC_TARGET)
+        Command::new("rpmbuild")
+            .args(["-bb", "--quiet", "--target", "x86_64-linux"])
+            .arg("--define")
+            .arg(define("_topdir", &topdir))
+            .arg("--define")
+            .arg(format!("gpu_trace_version {version}"))
+            .arg("--define")
+            .arg(define("gpu_trace_binary", binary))
+            .arg("--define")
+            .arg(define("gpu_trace_contrib", &workspace().join("contrib")))
+            .arg("--define")
+            .arg(define("gpu_trace_dist", dist))
             // xz: read by every EL release's rpm, where zstd came later.
-            .args(["--payload-compress", "xz"])
-            .arg("--output")
-            .arg(&rpm),
+            .args(["--define", "_binary_payload w9.xzdio"])
+            .arg(workspace().join("contrib/gpu-trace.spec")),
     )?;
+    let built = topdir.join(format!("RPMS/x86_64/gpu-trace-{version}-1.x86_64.rpm"));
+    let rpm = dist.join(built.file_name().expect("a file name"));
+    std::fs::rename(&built, &rpm)
+        .with_context(|| format!("moving {} to {}", built.display(), rpm.display()))?;
     Ok(rpm)
 }
 
 /// The RPM's file list and metadata as rpm(8) reads them (Debian's `rpm`
 /// package), and its binary, unpacked, passes the selftest.
 fn check_rpm(rpm: &Path) -> anyhow::Result<()> {
-    apt_install(&["rpm", "cpio"])?;
+    apt_install(&RPM_PACKAGES)?;
     let query = |flags: &str| -> anyhow::Result<String> {
         let out = Command::new("rpm")
             .args(flags.split(' '))
@@ -585,40 +596,19 @@ fn host_bench(quick: bool, json: &Path, only: Option<&str>) -> anyhow::Result<()
     run_checked(&mut command)
 }
 
-/// Installs the cargo subcommand `name` (crate `krate` at `version`) when
-/// `cargo name --version` does not answer.
-fn ensure_cargo_tool(name: &str, krate: &str, version: &str) -> anyhow::Result<()> {
-    let installed = Command::new(cargo())
-        .args([name, "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !installed {
-        eprintln!("xtask: installing {krate} {version}");
-        run_checked(Command::new(cargo()).args([
-            "install",
-            "--locked",
-            &format!("{krate}@{version}"),
-        ]))?;
-    }
-    Ok(())
-}
-
-const CARGO_DENY_VERSION: &str = "0.20.2";
-
 /// cargo deny's checks that need no advisory database (deny.toml):
 /// permissive licenses only, no wildcard versions, crates.io only.
 fn dependency_policy() -> anyhow::Result<()> {
-    ensure_cargo_tool("deny", "cargo-deny", CARGO_DENY_VERSION)?;
+    cargo_tools::ensure(&cargo_tools::CARGO_DENY)?;
     run_checked(Command::new(cargo()).args(["deny", "check", "licenses", "bans", "sources"]))
 }
 
 /// How long `test` fuzzes: enough to catch a shallow panic, short for CI.
 const CI_FUZZ_SECONDS: u32 = 20;
-const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// Runs the evaluator's fuzz target; installs cargo-fuzz when missing.
 fn fuzz(seconds: u32) -> anyhow::Result<()> {
-    ensure_cargo_tool("fuzz", "cargo-fuzz", CARGO_FUZZ_VERSION)?;
+    cargo_tools::ensure(&cargo_tools::CARGO_FUZZ)?;
     // cargo fuzz needs the nightly compiler (sanitizer flags); rustup has one here.
     run_checked(
         Command::new("cargo")

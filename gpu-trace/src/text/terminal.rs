@@ -11,22 +11,33 @@ use std::{
 };
 
 use anstyle::Style;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 /// Characters that are not controls yet change how a line is displayed,
-/// or show nothing at all: tag characters and variation selectors can carry
-/// a hidden message inside a name that looks harmless.
+/// or show nothing at all: bidi overrides reorder it, tag characters and
+/// variation selectors carry a hidden message inside a name that looks
+/// harmless, a Hangul filler makes a name look blank. That is every format
+/// character (Unicode's category Cf, from unicode-properties, so it follows
+/// new Unicode versions), the line and paragraph separators, and the rest of
+/// Unicode's Default_Ignorable_Code_Point set, which is not Cf.
 pub fn is_invisible_format(c: char) -> bool {
-    matches!(c,
-        '\u{ad}' | '\u{61c}' | '\u{180e}'
-        | '\u{180b}'..='\u{180d}'
-        | '\u{200b}'..='\u{200f}'
-        | '\u{2028}'..='\u{202e}'
-        | '\u{2060}'..='\u{206f}'
+    if c.is_ascii() {
+        return false;
+    }
+    matches!(
+        c.general_category(),
+        GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    ) || matches!(c,
+        // Combining grapheme joiner, Hangul fillers, Khmer inherent vowels.
+        '\u{34f}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}' | '\u{3164}' | '\u{ffa0}'
+        // Variation selectors: Mongolian, then the two blocks.
+        | '\u{180b}'..='\u{180d}' | '\u{180f}'
         | '\u{fe00}'..='\u{fe0f}'
-        | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}'
-        | '\u{e0000}'..='\u{e007f}'
-        | '\u{e0100}'..='\u{e01ef}')
+        | '\u{e0100}'..='\u{e01ef}'
+        // Unassigned, and ignorable whatever they become.
+        | '\u{2065}' | '\u{fff0}'..='\u{fff8}' | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// What `escape` rewrites.
@@ -141,6 +152,45 @@ mod tests {
             "ok\\u{e0072}\\u{e006d}x\\u{fe0f}"
         );
         assert_eq!(escape("ünïcödé ok"), "ünïcödé ok");
+    }
+
+    #[test]
+    fn escapes_every_character_that_shows_nothing() {
+        // Each one alone makes a name look blank, or hides inside one.
+        let invisible = [
+            '\u{ad}',
+            '\u{34f}',
+            '\u{600}',
+            '\u{6dd}',
+            '\u{70f}',
+            '\u{8e2}',
+            '\u{115f}',
+            '\u{1160}',
+            '\u{17b4}',
+            '\u{180e}',
+            '\u{180f}',
+            '\u{2065}',
+            '\u{3164}',
+            '\u{ffa0}',
+            '\u{fff9}',
+            '\u{110bd}',
+            '\u{13430}',
+            '\u{1bca0}',
+            '\u{1d173}',
+            '\u{e0001}',
+            '\u{e01ef}',
+            '\u{e0fff}',
+        ];
+        for c in invisible {
+            let name = format!("gpu{c}0");
+            let want = format!("gpu{}0", c.escape_default());
+            assert_eq!(escape(&name), want, "U+{:04X}", c as u32);
+        }
+        // Visible text of other scripts is left as it is.
+        for visible in ["한국어", "ünïcödé", "数据中心", "عربي", "🦀 gpu", "Ωμέγα"]
+        {
+            assert!(matches!(escape(visible), Cow::Borrowed(_)), "{visible}");
+        }
     }
 
     #[test]

@@ -204,6 +204,7 @@ async fn stream(
     let mut upgrade = OpenRouteUpgrade::register(tracer)?;
     let mut ticks = interval(TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut proc_devices = ProcDevicesOnTick::default();
 
     loop {
         // Biased: under a flood the drain branches are always ready, so the
@@ -236,7 +237,9 @@ async fn stream(
                 }
                 if !args.devices.all_devices {
                     watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
-                    tracer.refresh_driver_majors()?;
+                    if let Some(kernel) = proc_devices.read() {
+                        tracer.refresh_driver_majors(&kernel)?;
+                    }
                 }
             }
             due = ring.drain_due() => {
@@ -250,6 +253,36 @@ async fn stream(
     flow.drain(tracer, RING_CAPACITY_EVENTS)?;
     flow.admit_repeats(tracer);
     flow.write_folded(true)
+}
+
+/// The kernel's /proc/devices, read again every tick. A read that fails
+/// (a transient error, the file overmounted in our mount namespace) must
+/// not end an audit logger: it is said once, the classes read before stay
+/// in force, and the read that works again says so.
+#[derive(Default)]
+struct ProcDevicesOnTick {
+    failing: bool,
+}
+
+impl ProcDevicesOnTick {
+    fn read(&mut self) -> Option<CharMajors> {
+        match CharMajors::read_kernel() {
+            Ok(majors) => {
+                if std::mem::take(&mut self.failing) {
+                    eprintln!(
+                        "gpu-trace: /proc/devices is readable again; driver majors follow it again"
+                    );
+                }
+                Some(majors)
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    eprintln!("gpu-trace: cannot read /proc/devices ({e}); the driver majors read before stay in force, retried every second");
+                }
+                None
+            }
+        }
+    }
 }
 
 /// Drivers loaded after start (nvidia-uvm and kfd register their majors at load time)

@@ -126,7 +126,8 @@ impl Tracer {
             other_drivers: Vec::new(),
         };
         watched_majors.add(&config.majors)?;
-        watched_majors.mark_other_drivers()?;
+        watched_majors
+            .mark_other_drivers(&CharMajors::read_kernel().context("reading /proc/devices")?)?;
 
         let mut tracepoint_links = Vec::new();
         let cgroup_paths = match note_new_cgroups(&mut ebpf) {
@@ -261,9 +262,10 @@ impl Tracer {
     }
 
     /// Tells the kernel side which majors have a driver now (see
-    /// `MAJOR_OTHER_DRIVER`): after a driver is loaded or unloaded.
-    pub fn refresh_driver_majors(&mut self) -> anyhow::Result<()> {
-        self.watched_majors.mark_other_drivers()
+    /// `MAJOR_OTHER_DRIVER`), from the kernel's own list (`read_kernel`,
+    /// never a copy given for diagnosis): after a driver is loaded or unloaded.
+    pub fn refresh_driver_majors(&mut self, kernel: &CharMajors) -> anyhow::Result<()> {
+        self.watched_majors.mark_other_drivers(kernel)
     }
 
     /// Adds a process to the followed tree; its later forks join by themselves.
@@ -431,13 +433,11 @@ struct WatchedMajors {
 }
 
 impl WatchedMajors {
-    /// Marks the majors this kernel's drivers hold now, from the kernel's
-    /// own /proc/devices (never a copy given for diagnosis): every other
-    /// major stays `MAJOR_NO_DRIVER`, whose nodes the open route reports
-    /// with their number when they fail.
-    fn mark_other_drivers(&mut self) -> anyhow::Result<()> {
-        let now: Vec<u32> = CharMajors::read_kernel()
-            .context("reading /proc/devices")?
+    /// Marks the majors this kernel's drivers hold now (`kernel`): every
+    /// other major stays `MAJOR_NO_DRIVER`, whose nodes the open route
+    /// reports with their number when they fail.
+    fn mark_other_drivers(&mut self, kernel: &CharMajors) -> anyhow::Result<()> {
+        let now: Vec<u32> = kernel
             .iter()
             .map(|(major, _)| major)
             .filter(|m| *m < gpu_trace_common::MAJOR_LIMIT && self.majors.binary_search(m).is_err())

@@ -806,3 +806,120 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     assert!(status.success());
     assert_eq!(shown, Vec::<serde_json::Value>::new());
 }
+
+#[test]
+fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
+    let Some(host) = kernel_test("watch_keeps_reporting_while_proc_devices_cannot_be_read") else {
+        return;
+    };
+    // sysfs refuses to read a write-only attribute even to root (EACCES):
+    // bound over /proc/devices, every read of it fails.
+    let unreadable = Path::new("/sys/bus/pci/rescan");
+    assert!(
+        unreadable.exists() && std::fs::read(unreadable).is_err(),
+        "{} should exist and refuse reads on this host",
+        unreadable.display()
+    );
+    let incident = Incident::new(&host, "unreadable-devices");
+    let mut command = Command::new(gpu_trace());
+    command.args([
+        "watch",
+        "--format",
+        "json",
+        "--major",
+        &incident.uvm_major.to_string(),
+    ]);
+    // A mount namespace of the watcher's own, private, so that what is
+    // bound there never reaches the host's /proc.
+    // SAFETY: only syscalls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let root = c"/";
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut watcher = Watcher::spawn(command);
+    let watcher_pid = watcher.child.id();
+
+    bind_in_mount_namespace_of(watcher_pid, Some(unreadable), Path::new("/proc/devices"));
+    assert!(
+        CharMajors::read_kernel().is_ok(),
+        "the host's /proc/devices is untouched"
+    );
+    watcher.wait_for_stderr("gpu-trace: cannot read /proc/devices");
+    let pid = incident.deny_once();
+    let events = watcher.wait_for_events(pid, 1);
+    assert_eq!(events[0]["verdict"], "denied", "{:#}", events[0]);
+    assert_eq!(events[0]["major"], incident.uvm_major);
+    // A few more ticks whose reads fail: still said only once.
+    thread::sleep(Duration::from_millis(2500));
+
+    bind_in_mount_namespace_of(watcher_pid, None, Path::new("/proc/devices"));
+    watcher.wait_for_stderr("gpu-trace: /proc/devices is readable again");
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("detached; events 1, denied 1, lost 0")),
+        "{stderr:#?}"
+    );
+    let said = |prefix: &str| stderr.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(
+        said("gpu-trace: cannot read /proc/devices"),
+        1,
+        "said once: {stderr:#?}"
+    );
+}
+
+/// Binds `source` over `target` (or, with no source, unmounts `target`) in
+/// the mount namespace of `pid`, from a forked child: a process with
+/// threads cannot enter another mount namespace.
+fn bind_in_mount_namespace_of(pid: u32, source: Option<&Path>, target: &Path) {
+    use std::{ffi::CString, os::fd::AsRawFd, os::unix::ffi::OsStrExt};
+    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).expect("mount namespace");
+    let c_path = |p: &Path| CString::new(p.as_os_str().as_bytes()).expect("no NUL");
+    let source = source.map(c_path);
+    let target = c_path(target);
+    // SAFETY: the child makes raw syscalls only, then _exit.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+    if child == 0 {
+        // SAFETY: as above; every pointer is a CString made before the fork.
+        unsafe {
+            let entered = libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNS) == 0;
+            let done = entered
+                && match &source {
+                    Some(source) => {
+                        libc::mount(
+                            source.as_ptr(),
+                            target.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_BIND,
+                            std::ptr::null(),
+                        ) == 0
+                    }
+                    None => libc::umount2(target.as_ptr(), libc::MNT_DETACH) == 0,
+                };
+            libc::_exit(if done { 0 } else { 1 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "binding {source:?} over {target:?} in pid {pid}'s mount namespace failed"
+    );
+}

@@ -1,27 +1,49 @@
 /* An open made by io_uring's worker threads rather than by a syscall, for
  * the kernel tests: submits one IORING_OP_OPENAT of argv[1] (read-write),
  * forced to the workers (IOSQE_ASYNC), and exits with the errno of its
- * completion, 0 on success, or 101-103 when io_uring itself failed.
+ * completion, 0 on success, or 100-105 when the setup itself failed.
+ *
+ * A worker starts with a copy of the registers of the thread that made it,
+ * as they were at that moment. Made by io_uring_enter (one argument), they
+ * hold io_uring_enter. With a second argument, a regular file, the open is
+ * linked behind a poll of a pipe that a child writes to 20 ms later, while
+ * this thread opens and closes that file in a loop: the poll completes, and
+ * the open is queued and its worker made, on the way out of one of those
+ * openat calls, so the worker's registers say openat with the regular
+ * file's path. Neither is the worker's own.
  * Raw syscalls: no liburing needed. Built with -static. */
 #include <fcntl.h>
 #include <linux/io_uring.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+enum { OPEN_TAG = 1, POLL_TAG = 2 };
 
 static void *map_ring(int ring, size_t len, off_t offset)
 {
 	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, offset);
 }
 
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 2)
+	if (argc != 2 && argc != 3)
 		return 100;
+	int chained = argc == 3;
 	struct io_uring_params params;
 	memset(&params, 0, sizeof params);
-	int ring = syscall(__NR_io_uring_setup, 1, &params);
+	int ring = syscall(__NR_io_uring_setup, 2, &params);
 	if (ring < 0)
 		return 101;
 	char *sq = map_ring(ring, params.sq_off.array + params.sq_entries * sizeof(unsigned),
@@ -33,24 +55,68 @@ int main(int argc, char **argv)
 	if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED)
 		return 102;
 
-	memset(&sqes[0], 0, sizeof sqes[0]);
-	sqes[0].opcode = IORING_OP_OPENAT;
-	sqes[0].flags = IOSQE_ASYNC;
-	sqes[0].fd = AT_FDCWD;
-	sqes[0].addr = (unsigned long)argv[1];
-	sqes[0].open_flags = O_RDWR;
+	int pipe_fds[2];
+	unsigned count = 0;
+	if (chained) {
+		if (pipe(pipe_fds) != 0)
+			return 104;
+		memset(&sqes[count], 0, sizeof sqes[count]);
+		sqes[count].opcode = IORING_OP_POLL_ADD;
+		sqes[count].flags = IOSQE_IO_LINK;
+		sqes[count].fd = pipe_fds[0];
+		sqes[count].poll32_events = POLLIN;
+		sqes[count].user_data = POLL_TAG;
+		count++;
+	}
+	memset(&sqes[count], 0, sizeof sqes[count]);
+	sqes[count].opcode = IORING_OP_OPENAT;
+	sqes[count].flags = IOSQE_ASYNC;
+	sqes[count].fd = AT_FDCWD;
+	sqes[count].addr = (unsigned long)argv[1];
+	sqes[count].open_flags = O_RDWR;
+	sqes[count].user_data = OPEN_TAG;
+	count++;
 	unsigned *tail = (unsigned *)(sq + params.sq_off.tail);
-	((unsigned *)(sq + params.sq_off.array))[*tail & (params.sq_entries - 1)] = 0;
-	__atomic_store_n(tail, *tail + 1, __ATOMIC_RELEASE);
-	if (syscall(__NR_io_uring_enter, ring, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0) < 0)
+	unsigned *array = (unsigned *)(sq + params.sq_off.array);
+	for (unsigned i = 0; i < count; i++)
+		array[(*tail + i) & (params.sq_entries - 1)] = i;
+	__atomic_store_n(tail, *tail + count, __ATOMIC_RELEASE);
+	/* Chained: submit and return at once; the loop below waits. */
+	if (syscall(__NR_io_uring_enter, ring, count, chained ? 0 : 1, chained ? 0 : IORING_ENTER_GETEVENTS,
+		    NULL, 0) < 0)
 		return 103;
 
-	unsigned head = __atomic_load_n((unsigned *)(cq + params.cq_off.head), __ATOMIC_ACQUIRE);
-	unsigned mask = *(unsigned *)(cq + params.cq_off.ring_mask);
-	int res = ((struct io_uring_cqe *)(cq + params.cq_off.cqes))[head & mask].res;
-	if (res >= 0) {
-		close(res);
-		return 0;
+	unsigned *cq_head = (unsigned *)(cq + params.cq_off.head);
+	unsigned *cq_tail = (unsigned *)(cq + params.cq_off.tail);
+	if (chained) {
+		pid_t writer = fork();
+		if (writer == 0) {
+			usleep(20000);
+			_exit(write(pipe_fds[1], "x", 1) == 1 ? 0 : 1);
+		}
+		double deadline = now() + 10;
+		while (__atomic_load_n(cq_tail, __ATOMIC_ACQUIRE) - *cq_head < count) {
+			if (now() > deadline)
+				return 105;
+			int fd = open(argv[2], O_RDONLY);
+			if (fd >= 0)
+				close(fd);
+		}
+		waitpid(writer, NULL, 0);
 	}
-	return -res;
+
+	unsigned head = __atomic_load_n(cq_head, __ATOMIC_ACQUIRE);
+	unsigned mask = *(unsigned *)(cq + params.cq_off.ring_mask);
+	struct io_uring_cqe *cqes = (struct io_uring_cqe *)(cq + params.cq_off.cqes);
+	for (unsigned i = 0; i < count; i++) {
+		struct io_uring_cqe *cqe = &cqes[(head + i) & mask];
+		if (cqe->user_data != OPEN_TAG)
+			continue;
+		if (cqe->res >= 0) {
+			close(cqe->res);
+			return 0;
+		}
+		return -cqe->res;
+	}
+	return 105;
 }

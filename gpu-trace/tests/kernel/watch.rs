@@ -124,7 +124,7 @@ fn a_32_bit_process_denied_is_reported_once_with_its_path() {
     // function the device hook finds the call from the saved registers,
     // which a 32-bit process fills in its own way.
     for route in ["auto", "full"] {
-        let (_, event) = the_one_denial_of(&incident, route, &open32);
+        let (_, event) = the_one_denial_of(&incident, route, &open32, &[]);
         assert_eq!(
             event["path"],
             path.to_str().expect("utf-8"),
@@ -158,13 +158,20 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
     let incident = Incident::new(&host, "uring");
     // A worker is a thread of the submitter in no open syscall: its saved
     // registers are a copy of the submitter's. The device hook must report
-    // it at once, not leave it for an open's exit that never comes.
-    for route in ["auto", "full"] {
-        let (pid, event) = the_one_denial_of(&incident, route, &uring_open);
-        assert_ne!(event["tid"], pid, "{route}: a worker thread: {event:#}");
-        // Not an open syscall: no path from the copied registers.
-        assert!(event["syscall"].is_null(), "{route}: {event:#}");
-        assert!(event["path"].is_null(), "{route}: {event:#}");
+    // it at once, not leave it for an open's exit that never comes. Made by
+    // io_uring_enter, or (with the regular file) on the way out of an
+    // openat of that file, whose path the copied registers then point to.
+    let regular = tempfile::NamedTempFile::new().expect("a regular file");
+    let made_by_enter: &[&Path] = &[];
+    for made_in_openat in [made_by_enter, &[regular.path()]] {
+        for route in ["auto", "full"] {
+            let (pid, event) = the_one_denial_of(&incident, route, &uring_open, made_in_openat);
+            let how = format!("{route}, worker made after {made_in_openat:?}");
+            assert_ne!(event["tid"], pid, "{how}: a worker thread: {event:#}");
+            // Not an open syscall: no path from the copied registers.
+            assert!(event["syscall"].is_null(), "{how}: {event:#}");
+            assert!(event["path"].is_null(), "{how}: {event:#}");
+        }
     }
 }
 
@@ -240,13 +247,19 @@ fn watch_unfolded(route: &str, majors: &[u32]) -> Watcher {
     Watcher::start(&args)
 }
 
-/// `program` (one of tests/kernel/*.c) opens the incident's uvm node from
-/// its cgroup, under `watch --opens ROUTE`, and is denied: its pid and the
-/// one event watch reports, asserted to be the uvm denial and the only one.
-fn the_one_denial_of(incident: &Incident, route: &str, program: &Path) -> (u32, Value) {
+/// `program` (one of tests/kernel/*.c, given the node and then `args`)
+/// opens the incident's uvm node from its cgroup, under `watch --opens
+/// ROUTE`, and is denied: its pid and the one event watch reports, asserted
+/// to be the uvm denial and the only one.
+fn the_one_denial_of(
+    incident: &Incident,
+    route: &str,
+    program: &Path,
+    args: &[&Path],
+) -> (u32, Value) {
     let watcher = watch_unfolded(route, &[incident.uvm_major]);
     let mut command = Command::new(program);
-    command.arg(incident.nodes.path("nvidia-uvm"));
+    command.arg(incident.nodes.path("nvidia-uvm")).args(args);
     let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
         .expect("place the program in the cgroup");
     let mut child = command.spawn().expect("start the program");

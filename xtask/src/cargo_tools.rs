@@ -10,6 +10,7 @@
 
 use std::{
     env,
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -89,17 +90,26 @@ pub(crate) fn ensure(tool: &CargoTool) -> anyhow::Result<()> {
 fn install_wheel(tool: &CargoTool, sha256: &str) -> anyhow::Result<PathBuf> {
     let dir = tempfile_dir(&format!("wheel-{}", tool.krate))?;
     let package = format!("astral-dev-toolchain-{}=={}", tool.krate, tool.version);
+    // pip takes no other file than the pinned one (--require-hashes), and
+    // builds nothing (binary only); -I keeps the working directory's
+    // modules out of Python's path.
+    let requirements = dir.join("requirements.txt");
+    std::fs::write(&requirements, format!("{package} --hash=sha256:{sha256}\n"))?;
+    let downloads = dir.join("downloads");
     run_checked(
         Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps"])
+            .args(["-I", "-m", "pip", "download", "--quiet", "--no-deps"])
+            .args(["--disable-pip-version-check", "--require-hashes"])
             .args(["--only-binary=:all:", "--dest"])
-            .arg(&dir)
-            .arg(&package),
+            .arg(&downloads)
+            .arg("--requirement")
+            .arg(&requirements),
     )?;
-    let wheel = std::fs::read_dir(&dir)?
+    let wheel = std::fs::read_dir(&downloads)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .with_context(|| format!("pip downloaded no wheel of {package}"))?;
+    // Checked again here: what is unpacked below is the file pinned.
     let digest = file_sha256(&wheel)?;
     anyhow::ensure!(
         digest == sha256,
@@ -110,7 +120,7 @@ fn install_wheel(tool: &CargoTool, sha256: &str) -> anyhow::Result<PathBuf> {
     let unpacked = dir.join("unpacked");
     run_checked(
         Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
+            .args(["-I", "-m", "zipfile", "-e"])
             .arg(&wheel)
             .arg(&unpacked),
     )?;
@@ -120,27 +130,32 @@ fn install_wheel(tool: &CargoTool, sha256: &str) -> anyhow::Result<PathBuf> {
         tool.version
     );
     let executable = unpacked.join(data).join("scripts").join(tool.krate);
+    // Tried where it is before it goes where cargo looks: a copy that
+    // failed halfway must not sit there, or `cargo install` would refuse
+    // to overwrite it.
+    std::fs::set_permissions(&executable, std::fs::Permissions::from_mode(0o755))?;
+    let out = Command::new(&executable)
+        .args([tool.subcommand, "--version"])
+        .output()?;
+    let says = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(
+        out.status.success() && says.contains(tool.version),
+        "{} {} --version says {says:?}, not {}",
+        executable.display(),
+        tool.subcommand,
+        tool.version
+    );
     let bin = cargo_bin_dir();
     std::fs::create_dir_all(&bin)?;
     let dest = bin.join(tool.krate);
-    std::fs::copy(&executable, &dest)
-        .with_context(|| format!("copying {} to {}", executable.display(), dest.display()))?;
-    run_checked(Command::new("chmod").arg("755").arg(&dest))?;
-    let works = Command::new(cargo())
-        .args([tool.subcommand, "--version"])
-        .output()
-        .is_ok_and(|o| {
-            o.status.success() && String::from_utf8_lossy(&o.stdout).contains(tool.version)
-        });
-    if !works {
-        // Out of the way, or `cargo install` refuses to overwrite it.
-        std::fs::remove_file(&dest)?;
-        anyhow::bail!(
-            "`cargo {} --version` does not name {}",
-            tool.subcommand,
-            tool.version
-        );
+    let partial = bin.join(format!(".{}.partial", tool.krate));
+    let placed =
+        std::fs::copy(&executable, &partial).and_then(|_| std::fs::rename(&partial, &dest));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e).with_context(|| format!("placing {} in {}", tool.krate, bin.display()));
     }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(dest)
 }
 

@@ -388,6 +388,14 @@ fn build_rpm(dist: &Path, binary: &Path) -> anyhow::Result<PathBuf> {
     apt_install(&RPM_PACKAGES)?;
     let version = env!("CARGO_PKG_VERSION");
     let topdir = tempfile_dir("rpmbuild")?;
+    // rpm would expand a % in a path as a macro; the spec quotes paths in "".
+    for path in [&topdir, binary, dist, &workspace()] {
+        anyhow::ensure!(
+            !path.to_string_lossy().contains(['%', '"']),
+            "rpmbuild cannot be given {}: it has a % or a \"",
+            path.display()
+        );
+    }
     let define = |name: &str, value: &Path| format!("{name} {}", value.display());
     run_checked(
         Command::new("rpmbuild")

@@ -21,9 +21,21 @@ impl CharMajors {
         Ok(Self::parse(&fs::read_to_string(path)?))
     }
 
-    /// The running kernel's own list, whatever PROC_DEVICES_ENV says.
+    /// The running kernel's own list, whatever PROC_DEVICES_ENV says. Text
+    /// without its "Character devices:" heading is not the kernel's (a file
+    /// bound over it): an error, not a list in which no driver has a major.
     pub fn read_kernel() -> io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string("/proc/devices")?))
+        Self::parse_kernel(&fs::read_to_string("/proc/devices")?)
+    }
+
+    fn parse_kernel(text: &str) -> io::Result<Self> {
+        if !text.lines().any(|l| l.trim() == "Character devices:") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "it has no \"Character devices:\" section",
+            ));
+        }
+        Ok(Self::parse(text))
     }
 
     pub fn parse(text: &str) -> Self {
@@ -138,6 +150,22 @@ Block devices:
         assert_eq!(majors.driver(4), Some("/dev/vc/0"));
         assert_eq!(majors.driver(7), None, "block majors are not char majors");
         assert_eq!(majors.driver(195), Some("nvidia-frontend"));
+    }
+
+    #[test]
+    fn the_kernels_list_has_its_heading() {
+        assert_eq!(
+            CharMajors::parse_kernel(PROC_DEVICES)
+                .expect("the kernel's")
+                .driver(511),
+            Some("nvidia-uvm")
+        );
+        for not_the_kernels in ["", "195 nvidia\n", "Block devices:\n  8 sd\n"] {
+            assert!(
+                CharMajors::parse_kernel(not_the_kernels).is_err(),
+                "{not_the_kernels:?}"
+            );
+        }
     }
 
     #[test]

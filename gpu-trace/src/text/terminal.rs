@@ -156,7 +156,9 @@ mod tests {
 
     #[test]
     fn escapes_every_character_that_shows_nothing() {
-        // Each one alone makes a name look blank, or hides inside one.
+        // Format and default-ignorable characters: most show nothing (a name
+        // that looks blank, a message hidden inside one); the rest join or
+        // reorder the text around them.
         let invisible = [
             '\u{ad}',
             '\u{34f}',

@@ -5,21 +5,22 @@
  *
  * A worker starts with a copy of the registers of the thread that made it,
  * as they were at that moment. Made by io_uring_enter (one argument), they
- * hold io_uring_enter. With a second argument, a regular file, the open is
- * linked behind a poll of a pipe that a child writes to 20 ms later, while
- * this thread opens and closes that file in a loop: the poll completes, and
- * the open is queued and its worker made, on the way out of one of those
- * openat calls, so the worker's registers say openat with the regular
- * file's path. Neither is the worker's own.
+ * hold io_uring_enter. With a second argument, a path where it makes a
+ * FIFO, the open is linked behind a poll of a pipe that a child writes to
+ * 20 ms later, while this thread waits in an openat of the FIFO: the poll's
+ * completion interrupts that wait, runs (queuing the open and making its
+ * worker) on the way out of the openat, which then restarts and waits for
+ * the child to open the FIFO's other end. So the worker's registers say
+ * openat with the FIFO's path. Neither is the worker's own.
  * Raw syscalls: no liburing needed. Built with -static. */
 #include <fcntl.h>
 #include <linux/io_uring.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { OPEN_TAG = 1, POLL_TAG = 2 };
@@ -27,13 +28,6 @@ enum { OPEN_TAG = 1, POLL_TAG = 2 };
 static void *map_ring(int ring, size_t len, off_t offset)
 {
 	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, offset);
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 int main(int argc, char **argv)
@@ -58,7 +52,7 @@ int main(int argc, char **argv)
 	int pipe_fds[2];
 	unsigned count = 0;
 	if (chained) {
-		if (pipe(pipe_fds) != 0)
+		if (pipe(pipe_fds) != 0 || mkfifo(argv[2], 0600) != 0)
 			return 104;
 		memset(&sqes[count], 0, sizeof sqes[count]);
 		sqes[count].opcode = IORING_OP_POLL_ADD;
@@ -81,29 +75,29 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < count; i++)
 		array[(*tail + i) & (params.sq_entries - 1)] = i;
 	__atomic_store_n(tail, *tail + count, __ATOMIC_RELEASE);
-	/* Chained: submit and return at once; the loop below waits. */
-	if (syscall(__NR_io_uring_enter, ring, count, chained ? 0 : 1, chained ? 0 : IORING_ENTER_GETEVENTS,
-		    NULL, 0) < 0)
+	/* Chained: submit now, wait for the completions below. */
+	if (syscall(__NR_io_uring_enter, ring, count, 0, 0, NULL, 0) != (int)count)
+		return 103;
+	if (chained) {
+		pid_t child = fork();
+		if (child == 0) {
+			usleep(20000);
+			if (write(pipe_fds[1], "x", 1) != 1)
+				_exit(1);
+			usleep(50000);
+			int fifo = open(argv[2], O_WRONLY);
+			_exit(fifo < 0);
+		}
+		int fifo = open(argv[2], O_RDONLY);
+		if (fifo < 0)
+			return 104;
+		close(fifo);
+		waitpid(child, NULL, 0);
+	}
+	if (syscall(__NR_io_uring_enter, ring, 0, count, IORING_ENTER_GETEVENTS, NULL, 0) < 0)
 		return 103;
 
 	unsigned *cq_head = (unsigned *)(cq + params.cq_off.head);
-	unsigned *cq_tail = (unsigned *)(cq + params.cq_off.tail);
-	if (chained) {
-		pid_t writer = fork();
-		if (writer == 0) {
-			usleep(20000);
-			_exit(write(pipe_fds[1], "x", 1) == 1 ? 0 : 1);
-		}
-		double deadline = now() + 10;
-		while (__atomic_load_n(cq_tail, __ATOMIC_ACQUIRE) - *cq_head < count) {
-			if (now() > deadline)
-				return 105;
-			int fd = open(argv[2], O_RDONLY);
-			if (fd >= 0)
-				close(fd);
-		}
-		waitpid(writer, NULL, 0);
-	}
 
 	unsigned head = __atomic_load_n(cq_head, __ATOMIC_ACQUIRE);
 	unsigned mask = *(unsigned *)(cq + params.cq_off.ring_mask);

@@ -159,14 +159,19 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
     // A worker is a thread of the submitter in no open syscall: its saved
     // registers are a copy of the submitter's. The device hook must report
     // it at once, not leave it for an open's exit that never comes. Made by
-    // io_uring_enter, or (with the regular file) on the way out of an
-    // openat of that file, whose path the copied registers then point to.
-    let regular = tempfile::NamedTempFile::new().expect("a regular file");
-    let made_by_enter: &[&Path] = &[];
-    for made_in_openat in [made_by_enter, &[regular.path()]] {
-        for route in ["auto", "full"] {
-            let (pid, event) = the_one_denial_of(&incident, route, &uring_open, made_in_openat);
-            let how = format!("{route}, worker made after {made_in_openat:?}");
+    // io_uring_enter, or (given a FIFO's path) on the way out of an openat
+    // of that FIFO, whose path the copied registers then point to.
+    let fifos = tempfile::tempdir().expect("temp dir");
+    for route in ["auto", "full"] {
+        let fifo = fifos.path().join(route);
+        for args in [&[][..], &[fifo.as_path()][..]] {
+            let (pid, event) = the_one_denial_of(&incident, route, &uring_open, args);
+            let made_by = if args.is_empty() {
+                "io_uring_enter"
+            } else {
+                "an openat of a FIFO"
+            };
+            let how = format!("{route}, worker made by {made_by}");
             assert_ne!(event["tid"], pid, "{how}: a worker thread: {event:#}");
             // Not an open syscall: no path from the copied registers.
             assert!(event["syscall"].is_null(), "{how}: {event:#}");
@@ -825,14 +830,9 @@ fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
     let Some(host) = kernel_test("watch_keeps_reporting_while_proc_devices_cannot_be_read") else {
         return;
     };
-    // sysfs refuses to read a write-only attribute even to root (EACCES):
-    // bound over /proc/devices, every read of it fails.
-    let unreadable = Path::new("/sys/bus/pci/rescan");
-    assert!(
-        unreadable.exists() && std::fs::read(unreadable).is_err(),
-        "{} should exist and refuse reads on this host",
-        unreadable.display()
-    );
+    // Bound over /proc/devices: text that is not the kernel's list.
+    let not_the_kernels = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(not_the_kernels.path(), "not the kernel's list\n").expect("write");
     let incident = Incident::new(&host, "unreadable-devices");
     let mut command = Command::new(gpu_trace());
     command.args([
@@ -865,7 +865,11 @@ fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
     let mut watcher = Watcher::spawn(command);
     let watcher_pid = watcher.child.id();
 
-    bind_in_mount_namespace_of(watcher_pid, Some(unreadable), Path::new("/proc/devices"));
+    bind_in_mount_namespace_of(
+        watcher_pid,
+        Some(not_the_kernels.path()),
+        Path::new("/proc/devices"),
+    );
     assert!(
         CharMajors::read_kernel().is_ok(),
         "the host's /proc/devices is untouched"
@@ -900,8 +904,17 @@ fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
 /// the mount namespace of `pid`, from a forked child: a process with
 /// threads cannot enter another mount namespace.
 fn bind_in_mount_namespace_of(pid: u32, source: Option<&Path>, target: &Path) {
-    use std::{ffi::CString, os::fd::AsRawFd, os::unix::ffi::OsStrExt};
+    use std::{
+        ffi::CString,
+        os::{fd::AsRawFd, unix::ffi::OsStrExt, unix::fs::MetadataExt},
+    };
     let namespace = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).expect("mount namespace");
+    let ours = std::fs::metadata("/proc/self/ns/mnt").expect("our mount namespace");
+    assert_ne!(
+        namespace.metadata().expect("its mount namespace").ino(),
+        ours.ino(),
+        "pid {pid} must have a mount namespace of its own"
+    );
     let c_path = |p: &Path| CString::new(p.as_os_str().as_bytes()).expect("no NUL");
     let source = source.map(c_path);
     let target = c_path(target);
@@ -930,9 +943,9 @@ fn bind_in_mount_namespace_of(pid: u32, source: Option<&Path>, target: &Path) {
     }
     let mut status = 0;
     // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(child, &mut status, 0) };
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
     assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        waited == child && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "binding {source:?} over {target:?} in pid {pid}'s mount namespace failed"
     );
 }

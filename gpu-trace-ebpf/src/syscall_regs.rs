@@ -20,12 +20,15 @@ use crate::maps::{PT_REGS_OFFSET, TASK_STACK_OFFSET};
 
 /// Offsets in `struct pt_regs`.
 const BX: u64 = 5 * 8;
+const AX: u64 = 10 * 8;
 const CX: u64 = 11 * 8;
 const SI: u64 = 13 * 8;
 const DI: u64 = 14 * 8;
 const ORIG_AX: u64 = 15 * 8;
-const IP: u64 = 16 * 8;
 const CS: u64 = 17 * 8;
+/// What the entry code puts in the saved ax while a syscall runs; its
+/// result replaces it when the syscall returns.
+const ENOSYS: u64 = -38i64 as u64;
 /// The code segments of 64-bit (`__USER_CS`) and 32-bit (`__USER32_CS`)
 /// user mode: they number their syscalls and pass their arguments
 /// differently, and a wrong guess of where the registers are reads
@@ -72,7 +75,7 @@ fn path_argument_32(nr: u64) -> Option<(u16, u64)> {
 
 /// The current syscall (`SYSCALL_*`) and the user address of its path
 /// argument; None when the thread is in none of the syscalls above, is an
-/// io_uring worker, or the registers cannot be found.
+/// io_uring worker, is past its syscall's end, or the registers cannot be found.
 #[inline(always)]
 pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let stack_offset = u64::from(TASK_STACK_OFFSET.load());
@@ -85,9 +88,13 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let stack: u64 = unsafe { bpf_probe_read_kernel((task + stack_offset) as *const u64) }.ok()?;
     let regs = stack + u64::from(PT_REGS_OFFSET.load());
     let read = |field: u64| unsafe { bpf_probe_read_kernel((regs + field) as *const u64) }.ok();
-    // io_uring's workers (io-wq, SQPOLL) start with a copy of their
-    // creator's registers, whatever syscall it was in then, and ip 0.
-    if read(IP)? == 0 {
+    // Registers that hold a syscall only while it runs: once it returned,
+    // the thread may still check a device on its way out (io_uring's task
+    // work issuing an open, before 6.3 even inline), and io_uring's workers
+    // (io-wq, SQPOLL) start with a copy of their creator's registers, ax
+    // cleared. Either way the registers name a call that is not this
+    // check's, and whose exit has come and gone.
+    if read(AX)? != ENOSYS {
         return None;
     }
     let nr = read(ORIG_AX)?;

@@ -160,7 +160,9 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
     // registers are a copy of the submitter's. The device hook must report
     // it at once, not leave it for an open's exit that never comes. Made by
     // io_uring_enter, or (given a FIFO's path) on the way out of an openat
-    // of that FIFO, whose path the copied registers then point to.
+    // of that FIFO, whose path the registers then point to: there 6.1
+    // issues the open inline, in the submitter's task work after that
+    // openat returned, and 6.12 hands it to a worker made at that moment.
     let fifos = tempfile::tempdir().expect("temp dir");
     for route in ["auto", "full"] {
         let fifo = fifos.path().join(route);
@@ -171,8 +173,10 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
             } else {
                 "an openat of a FIFO"
             };
-            let how = format!("{route}, worker made by {made_by}");
-            assert_ne!(event["tid"], pid, "{how}: a worker thread: {event:#}");
+            let how = format!("{route}, open queued by {made_by}");
+            if args.is_empty() {
+                assert_ne!(event["tid"], pid, "{how}: a worker thread: {event:#}");
+            }
             // Not an open syscall: no path from the copied registers.
             assert!(event["syscall"].is_null(), "{how}: {event:#}");
             assert!(event["path"].is_null(), "{how}: {event:#}");

@@ -90,7 +90,7 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     let read = |field: u64| unsafe { bpf_probe_read_kernel((regs + field) as *const u64) }.ok();
     // Registers that hold a syscall only while it runs: once it returned,
     // the thread may still check a device on its way out (io_uring's task
-    // work issuing an open, before 6.3 even inline), and io_uring's workers
+    // work issuing an open inline, as 6.1 does), and io_uring's workers
     // (io-wq, SQPOLL) start with a copy of their creator's registers, ax
     // cleared. Either way the registers name a call that is not this
     // check's, and whose exit has come and gone.

@@ -8,10 +8,12 @@
  * hold io_uring_enter. With a second argument, a path where it makes a
  * FIFO, the open is linked behind a poll of a pipe that a child writes to
  * 20 ms later, while this thread waits in an openat of the FIFO: the poll's
- * completion interrupts that wait, runs (queuing the open and making its
- * worker) on the way out of the openat, which then restarts and waits for
- * the child to open the FIFO's other end. So the worker's registers say
- * openat with the FIFO's path. Neither is the worker's own.
+ * completion interrupts that wait and runs on the way out of the openat,
+ * which then restarts and waits for the child to open the FIFO's other end.
+ * There the linked open is queued: 6.12 makes a worker for it then, whose
+ * copied registers say openat with the FIFO's path; 6.1 issues it inline,
+ * in this thread, whose registers say the same after that openat returned.
+ * Neither openat is the open that checks the device.
  * Raw syscalls: no liburing needed. Built with -static. */
 #include <fcntl.h>
 #include <linux/io_uring.h>

@@ -548,23 +548,104 @@ fn program_times() -> std::collections::BTreeMap<String, (u64, u64)> {
     times
 }
 
-/// K producers hammer the denied node; watch writes JSON to a file.
+/// K producers hammer the denied node, with watch writing JSON to a file
+/// and then into a pipe; then the same flood folded in the kernel.
 fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     eprintln!("bench: denied-event throughput");
     let producers: u64 = 2;
+    let to_file = paced_steps(settings, open_loop, scene, producers, LineSink::File);
+    let to_pipe = paced_steps(settings, open_loop, scene, producers, LineSink::Pipe);
+    let folded = folded_flood(settings, open_loop, scene, producers);
+    json!({ "producers": producers, "to_file": to_file, "to_pipe": to_pipe, "folded_flood": folded })
+}
+
+/// Where watch's lines go in a throughput run.
+#[derive(Clone, Copy, PartialEq)]
+enum LineSink {
+    /// `> file` in the work directory: every line is copied into page-cache
+    /// memory the kernel must find for it.
+    File,
+    /// `| reader`: a thread of the bench reads the pipe and counts lines, as
+    /// a log shipper would; the pipe's few pages are used over and over.
+    Pipe,
+}
+
+/// The lines watch wrote, counted once it has stopped.
+enum LinesOut {
+    File(PathBuf),
+    Pipe(thread::JoinHandle<(u64, u64)>),
+}
+
+impl LinesOut {
+    /// Lines and bytes.
+    fn count(self) -> (u64, u64) {
+        match self {
+            LinesOut::File(path) => {
+                let text = fs::read(&path).unwrap_or_default();
+                let lines = text.iter().filter(|&&b| b == b'\n').count() as u64;
+                (lines, text.len() as u64)
+            }
+            LinesOut::Pipe(reader) => reader.join().expect("pipe reader"),
+        }
+    }
+}
+
+/// `gpu-trace watch --format json ARGS` into `sink`, once it is ready.
+fn watch_into_sink(
+    args: &[&str],
+    sink: LineSink,
+    out_file: &Path,
+) -> (Child, WatchStderr, LinesOut) {
+    match sink {
+        LineSink::File => {
+            let (child, stderr) = watch_into_file(args, out_file);
+            (child, stderr, LinesOut::File(out_file.to_path_buf()))
+        }
+        LineSink::Pipe => {
+            let (mut child, stderr) = watch_with_stdout(args, Stdio::piped());
+            let mut pipe = child.stdout.take().expect("watch's stdout");
+            let reader = thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = vec![0u8; 1 << 20];
+                let (mut lines, mut bytes) = (0u64, 0u64);
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+                    bytes += n as u64;
+                }
+                (lines, bytes)
+            });
+            (child, stderr, LinesOut::Pipe(reader))
+        }
+    }
+}
+
+/// Flat out first, then paced rates, rising until events are lost, with
+/// watch's lines going to `sink`.
+fn paced_steps(
+    settings: &Settings,
+    open_loop: &Path,
+    scene: &Scene,
+    producers: u64,
+    sink: LineSink,
+) -> Value {
     let mut steps = Vec::new();
     let mut best_zero_loss = 0.0f64;
     let mut peak_rss_kib = 0u64;
     let mut line_bytes = 0.0f64;
     let mut sink_before = None;
     let out_file = scene.regular_file.with_file_name("throughput.jsonl");
-    // Flat out first, then paced rates, rising until events are lost.
     let rates: Vec<f64> = std::iter::once(0.0)
-        .chain([50e3, 100e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3])
+        .chain([
+            50e3, 100e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3, 600e3, 800e3,
+        ])
         .collect();
     for rate in rates {
-        let (mut child, stderr) = watch_into_file(
+        let (mut child, stderr, lines_out) = watch_into_sink(
             &["--fold", "0", "--major", &scene.major.to_string()],
+            sink,
             &out_file,
         );
         let per_producer = if rate == 0.0 {
@@ -574,6 +655,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         };
         let cpu_before = watch_thread_cpu(child.id());
         let producers_cpu_before = waited_children_cpu();
+        let reported_before = reported_to_host_kib();
         let started = Instant::now();
         let pace = (rate > 0.0).then(|| rate / producers as f64);
         let workers = producers_of_denials(open_loop, scene, producers, per_producer, pace);
@@ -592,19 +674,20 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         let producers_cpu = waited_children_cpu() - producers_cpu_before;
         thread::sleep(Duration::from_millis(300)); // let watch drain
         let cpu_after = watch_thread_cpu(child.id());
+        let reported = reported_before
+            .zip(reported_to_host_kib())
+            .map(|(before, after)| after.saturating_sub(before) as f64 / 1024.0);
         peak_rss_kib = peak_rss_kib.max(peak_rss(child.id()));
         let summary = stop_for_summary(&mut child, stderr);
         let events = summary_number(&summary, "events");
         let lost = summary_number(&summary, "lost");
-        let text = fs::read_to_string(&out_file).unwrap_or_default();
-        let received = text.lines().count() as u64;
-        if rate == 0.0 && received > 0 {
+        let (received, bytes) = lines_out.count();
+        if rate == 0.0 && received > 0 && sink == LineSink::File {
             // What the file system alone takes in lines of this size, right
             // before the paced steps: the ceiling any writer of them has.
-            line_bytes = text.len() as f64 / received as f64;
+            line_bytes = bytes as f64 / received as f64;
             sink_before = Some(sink_lines_per_s(&out_file, line_bytes as usize));
         }
-        drop(text);
         let produced = events + lost;
         let rate_seen = produced as f64 / elapsed;
         // watch's own cost per line it wrote, on each of its two threads:
@@ -619,6 +702,10 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
             // What one denied open costs its producer (the kernel's open path
             // and our programs): the CPUs the producers take at a given rate.
             "producer_us_per_denial": 1e6 * producers_cpu / produced.max(1) as f64,
+            // Free memory the guest handed back to its hypervisor meanwhile,
+            // where the kernel counts it: memory the next new page of the
+            // file pays a fault in the hypervisor for.
+            "reported_to_host_mib": reported,
         }));
         if lost == 0 && received == produced {
             best_zero_loss = best_zero_loss.max(rate_seen);
@@ -627,7 +714,7 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
         }
     }
     let sink_after = sink_before.map(|_| sink_lines_per_s(&out_file, line_bytes as usize));
-    let folded = folded_flood(settings, open_loop, scene, producers);
+    let _ = fs::remove_file(&out_file);
     // The CPU budget at the busiest paced step: what one event costs the
     // producer, watch's event thread and its output thread together, and so
     // the most events per second this machine's CPUs could carry with no
@@ -644,11 +731,22 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
                 "cpus_carry_events_per_s": cpus() as f64 * 1e6 / total,
                 "watch_alone_events_per_s": 1e6 / watch })
     });
-    json!({ "producers": producers, "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss,
+    json!({ "sink": match sink { LineSink::File => "file", LineSink::Pipe => "pipe" },
+            "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss,
             "cpu_budget": cpu_budget,
-            "line_bytes": line_bytes,
+            "line_bytes": (line_bytes > 0.0).then_some(line_bytes),
             "sink_lines_per_s": { "before": sink_before, "after": sink_after },
-            "peak_rss_mib": peak_rss_kib as f64 / 1024.0, "folded_flood": folded })
+            "peak_rss_mib": peak_rss_kib as f64 / 1024.0 })
+}
+
+/// What this guest has handed back to its hypervisor as free (free page
+/// reporting), in KiB, where its kernel counts it.
+fn reported_to_host_kib() -> Option<u64> {
+    fs::read_to_string("/sys/module/page_reporting/parameters/reported_kib")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Lines of `line_bytes` written flat out to a fresh `file` (where watch's
@@ -978,10 +1076,7 @@ fn stat_cpu_seconds(stat_file: &str) -> f64 {
 }
 
 /// Stops `watch` with SIGINT and returns its closing line ("detached; ...").
-fn stop_for_summary(
-    child: &mut Child,
-    stderr: std::io::Lines<BufReader<std::process::ChildStderr>>,
-) -> String {
+fn stop_for_summary(child: &mut Child, stderr: WatchStderr) -> String {
     let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
     let summary = stderr
         .map_while(Result::ok)
@@ -1019,17 +1114,21 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `gpu-trace watch --format json ARGS > out_file`, once it is ready; its
-/// stderr lines still to come (the closing summary among them).
-fn watch_into_file(
-    args: &[&str],
-    out_file: &Path,
-) -> (Child, std::io::Lines<BufReader<std::process::ChildStderr>>) {
+/// watch's stderr lines still to come (the closing summary among them).
+type WatchStderr = std::io::Lines<BufReader<std::process::ChildStderr>>;
+
+/// `gpu-trace watch --format json ARGS > out_file`, once it is ready.
+fn watch_into_file(args: &[&str], out_file: &Path) -> (Child, WatchStderr) {
     let file = fs::File::create(out_file).expect("output file");
+    watch_with_stdout(args, Stdio::from(file))
+}
+
+/// `gpu-trace watch --format json ARGS` with `stdout`, once it is ready.
+fn watch_with_stdout(args: &[&str], stdout: Stdio) -> (Child, WatchStderr) {
     let mut child = Command::new(gpu_trace())
         .args(["watch", "--format", "json"])
         .args(args)
-        .stdout(Stdio::from(file))
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .stdin(Stdio::null())
         .spawn()
@@ -1236,15 +1335,50 @@ fn print_tables(results: &Value) {
         print_tenants(&mut out, &results["tenant_cgroups"]);
         return print_workload(&mut out, &results["workload"]);
     }
+    for (sink, title) in [
+        ("to_file", "watch --format json > file"),
+        (
+            "to_pipe",
+            "watch --format json | a reader that counts lines",
+        ),
+    ] {
+        print_paced_steps(&mut out, &t[sink], &t["producers"], title);
+    }
+    let f = &t["folded_flood"];
     let _ = writeln!(
         out,
-        "\nDenied-event throughput ({} producers, watch --format json > file):",
-        t["producers"]
+        "\nDenied flood folded in the kernel ({} producers flat out, watch's default --fold 5s):\n    produced {}, sum of count {}, in {} records, lost {}, {:.0} denials/s ({:.2} µs of CPU each), watch used {:.1} % of one CPU",
+        t["producers"],
+        f["produced"],
+        f["counted"],
+        f["records"],
+        f["lost"],
+        f["denials_per_s"].as_f64().unwrap_or(0.0),
+        f["producer_us_per_denial"].as_f64().unwrap_or(0.0),
+        100.0 * f["watch_cpu_share"].as_f64().unwrap_or(0.0),
+    );
+    print_startup(&mut out, &results["startup"]);
+    print_tenants(&mut out, &results["tenant_cgroups"]);
+    print_workload(&mut out, &results["workload"]);
+}
+
+/// One sink's throughput steps, zero-loss rung and CPU budget.
+fn print_paced_steps(out: &mut impl Write, t: &Value, producers: &Value, title: &str) {
+    if t.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nDenied-event throughput ({producers} producers, {title}):"
     );
     for s in t["steps"].as_array().into_iter().flatten() {
+        let reported = s["reported_to_host_mib"]
+            .as_f64()
+            .map(|mib| format!("; freed memory handed to the hypervisor meanwhile {mib:.0} MiB"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s; CPU per event: producer {:.2} µs, watch {:.2} µs + {:.2} µs output",
+            "    rate {:>10}: produced {:>9}, received {:>9}, lost {:>8}, {:>9.0} events/s; CPU per event: producer {:.2} µs, watch {:.2} µs + {:.2} µs output{reported}",
             s["target_rate"].to_string().trim_matches('"'),
             s["produced"],
             s["received"],
@@ -1284,22 +1418,6 @@ fn print_tables(results: &Value) {
         "  peak RSS of watch: {:.1} MiB",
         t["peak_rss_mib"].as_f64().unwrap_or(0.0)
     );
-    let f = &t["folded_flood"];
-    let _ = writeln!(
-        out,
-        "\nDenied flood folded in the kernel ({} producers flat out, watch's default --fold 5s):\n    produced {}, sum of count {}, in {} records, lost {}, {:.0} denials/s ({:.2} µs of CPU each), watch used {:.1} % of one CPU",
-        t["producers"],
-        f["produced"],
-        f["counted"],
-        f["records"],
-        f["lost"],
-        f["denials_per_s"].as_f64().unwrap_or(0.0),
-        f["producer_us_per_denial"].as_f64().unwrap_or(0.0),
-        100.0 * f["watch_cpu_share"].as_f64().unwrap_or(0.0),
-    );
-    print_startup(&mut out, &results["startup"]);
-    print_tenants(&mut out, &results["tenant_cgroups"]);
-    print_workload(&mut out, &results["workload"]);
 }
 
 fn print_workload(out: &mut impl Write, w: &Value) {

@@ -18,7 +18,10 @@ use nix::{
     sys::signal::{kill, Signal},
     unistd::{getpgrp, tcgetpgrp, Pid},
 };
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    time::{interval, MissedTickBehavior},
+};
 
 use crate::{
     analysis::pipeline::Pipeline,
@@ -43,6 +46,7 @@ use crate::{
         output::{write_record, Format},
         run_report::Report,
     },
+    stream::driver_majors::{DriverMajorsOnTick, READ_EVERY},
     stream::filter::vendor_shown,
     stream::ring_events::{event_loop_runtime, RingEvents},
     text::{json, style, terminal::escape},
@@ -163,7 +167,7 @@ async fn trace_command(
     // How many it handed over (`limit`: more may wait; see Tracer::drain).
     let paint = style::paints(&io::stderr());
     let mut line = Vec::new();
-    let mut stream = |tracer: &mut Tracer, limit: usize| {
+    let mut stream = |tracer: &mut Tracer, pipeline: &mut Pipeline, limit: usize| {
         let mut err = io::stderr().lock();
         tracer.drain(limit, |access| {
             let record = pipeline.process(access);
@@ -176,12 +180,18 @@ async fn trace_command(
         })
     };
 
+    let mut ticks = interval(READ_EVERY);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut driver_majors = DriverMajorsOnTick::default();
     let status = loop {
         tokio::select! {
             due = ring.drain_due() => {
                 due?;
                 ring.before_drain().await;
-                ring.drained(stream(tracer, DRAIN_BATCH));
+                ring.drained(stream(tracer, pipeline, DRAIN_BATCH));
+            }
+            _ = ticks.tick(), if !args.devices.all_devices => {
+                driver_majors.tick(tracer, &mut pipeline.enricher)?;
             }
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),
@@ -192,7 +202,7 @@ async fn trace_command(
     };
     // Every access of the tree happened before its exit; what is still in
     // the ring buffer belongs to the run, and nothing of the tree adds to it.
-    stream(tracer, usize::MAX);
+    stream(tracer, pipeline, usize::MAX);
     Ok((status, report))
 }
 

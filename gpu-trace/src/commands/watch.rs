@@ -9,7 +9,7 @@ use tokio::{
 };
 
 use crate::{
-    analysis::{enrich::Enricher, pipeline::Pipeline},
+    analysis::pipeline::Pipeline,
     cgroup::resolver::CgroupResolver,
     cli::{tracer_config, WatchArgs},
     host::{preflight::check_tracing_host, proc_devices::CharMajors},
@@ -23,6 +23,7 @@ use crate::{
         output::{write_record, Format},
     },
     stream::{
+        driver_majors::DriverMajorsOnTick,
         filter::Filter,
         fold::Folder,
         metrics::Metrics,
@@ -204,7 +205,7 @@ async fn stream(
     let mut upgrade = OpenRouteUpgrade::register(tracer)?;
     let mut ticks = interval(TICK);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut proc_devices = ProcDevicesOnTick::default();
+    let mut driver_majors = DriverMajorsOnTick::default();
 
     loop {
         // Biased: under a flood the drain branches are always ready, so the
@@ -236,10 +237,7 @@ async fn stream(
                     metrics.set_lost(tracer.lost_events());
                 }
                 if !args.devices.all_devices {
-                    watch_new_majors(tracer, &mut flow.pipeline.enricher)?;
-                    if let Some(kernel) = proc_devices.read() {
-                        tracer.refresh_driver_majors(&kernel)?;
-                    }
+                    driver_majors.tick(tracer, &mut flow.pipeline.enricher)?;
                 }
             }
             due = ring.drain_due() => {
@@ -253,57 +251,4 @@ async fn stream(
     flow.drain(tracer, RING_CAPACITY_EVENTS)?;
     flow.admit_repeats(tracer);
     flow.write_folded(true)
-}
-
-/// The kernel's /proc/devices, read again every tick. A read that fails
-/// (a transient error, the file overmounted in our mount namespace) must
-/// not end an audit logger: it is said once, the classes read before stay
-/// in force, and the read that works again says so.
-#[derive(Default)]
-struct ProcDevicesOnTick {
-    failing: bool,
-}
-
-impl ProcDevicesOnTick {
-    fn read(&mut self) -> Option<CharMajors> {
-        match CharMajors::read_kernel() {
-            Ok(majors) => {
-                if std::mem::take(&mut self.failing) {
-                    eprintln!(
-                        "gpu-trace: /proc/devices is readable again; driver majors follow it again"
-                    );
-                }
-                Some(majors)
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut self.failing, true) {
-                    eprintln!("gpu-trace: cannot read /proc/devices ({e}); the driver majors read before stay in force, retried every second");
-                }
-                None
-            }
-        }
-    }
-}
-
-/// Drivers loaded after start (nvidia-uvm and kfd register their majors at load time)
-/// are watched without a restart.
-fn watch_new_majors(tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Result<()> {
-    // The enricher may have refreshed already (on an unknown major): compare
-    // against the kernel-side filter, not against the last read.
-    enricher.refresh_majors();
-    let watched = tracer.watched_majors();
-    let new: Vec<u32> = enricher
-        .majors()
-        .accelerator_majors()
-        .into_iter()
-        .filter(|m| !watched.contains(m))
-        .collect();
-    if !new.is_empty() {
-        tracer.watch_majors(&new)?;
-        for major in new {
-            let driver = enricher.majors().driver(major).unwrap_or("?");
-            eprintln!("gpu-trace: now also watching char major {major} ({driver}), registered after start");
-        }
-    }
-    Ok(())
 }

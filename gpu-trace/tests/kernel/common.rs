@@ -501,3 +501,11 @@ pub fn c_program(test: &str, name: &str, flags: &[&str]) -> Option<std::path::Pa
         }
     }
 }
+
+/// A copy of /proc/devices for GPU_TRACE_PROC_DEVICES: the NVIDIA frontend, and nvidia-uvm once `uvm` is Some (its driver loaded).
+pub fn proc_devices_text(uvm: Option<u32>) -> String {
+    let uvm_line = uvm.map(|m| format!("{m} nvidia-uvm\n")).unwrap_or_default();
+    format!(
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n{uvm_line}\nBlock devices:\n  8 sd\n"
+    )
+}

@@ -307,6 +307,88 @@ fn run_names_a_stale_major_from_todays_proc_devices() {
 }
 
 #[test]
+fn run_watches_a_driver_loaded_while_the_command_runs() {
+    let Some(host) = kernel_test("run_watches_a_driver_loaded_while_the_command_runs") else {
+        return;
+    };
+    let incident = Incident::new(&host, "run-late-driver");
+    // The launch run traces is what loads nvidia-uvm (nvidia-modprobe at
+    // the first CUDA call): at start its major is in no list.
+    let proc_devices = incident.nodes.dir().join("devices");
+    fs::write(&proc_devices, proc_devices_text(None)).expect("write devices copy");
+    let go = incident.nodes.dir().join("go");
+    let ops = [
+        ProbeOp::WaitFor { path: go.clone() }.to_arg(),
+        incident.open_rw("nvidia-uvm").to_arg(),
+    ];
+    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
+    let mut run = Command::new(gpu_trace())
+        .args([
+            "run",
+            "--format",
+            "json",
+            "--cgroup",
+            &cgroup,
+            "--",
+            gpu_trace(),
+            "__probe",
+        ])
+        .args(&ops)
+        .env("GPU_TRACE_PROC_DEVICES", &proc_devices)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gpu-trace run");
+    // Read on a thread of its own, so that a line that never comes fails
+    // the test instead of hanging it (the probe waits for `go`).
+    let stderr = BufReader::new(run.stderr.take().expect("stderr"));
+    let (send, lines) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        stderr
+            .lines()
+            .map_while(Result::ok)
+            .for_each(|l| drop(send.send(l)))
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |prefix: &str| {
+        while !seen.last().is_some_and(|l: &String| l.starts_with(prefix)) {
+            match lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => seen.push(line),
+                Err(_) => {
+                    let _ = fs::write(&go, "");
+                    let _ = run.kill();
+                    panic!("gpu-trace run never said {prefix:?}: {seen:#?}");
+                }
+            }
+        }
+    };
+    wait_for("gpu-trace: started pid");
+    fs::write(&proc_devices, proc_devices_text(Some(incident.uvm_major)))
+        .expect("the driver loads");
+    wait_for(&format!(
+        "gpu-trace: now also watching char major {} (nvidia-uvm), registered after start",
+        incident.uvm_major
+    ));
+    fs::write(&go, "").expect("release the probe");
+    let status = run.wait().expect("wait for gpu-trace run");
+    assert!(status.success(), "{status:?}");
+    seen.extend(lines.iter());
+    eprintln!("gpu-trace run stderr:\n{}", seen.join("\n"));
+    let report: Value = seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v.get("report").cloned())
+        .unwrap_or_else(|| panic!("no report in: {seen:#?}"));
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    let event = &problems[0]["event"];
+    assert_eq!(event["major"], incident.uvm_major, "{event:#}");
+    assert_eq!(event["driver"], "nvidia-uvm", "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+}
+
+#[test]
 fn run_names_a_missing_node() {
     let Some(_host) = kernel_test("run_names_a_missing_node") else {
         return;

@@ -829,6 +829,65 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     assert_eq!(shown, Vec::<serde_json::Value>::new());
 }
 
+/// The char majors the ready line says are watched.
+fn watched_at_ready(stderr: &[String]) -> Vec<u32> {
+    let ready = stderr
+        .iter()
+        .find_map(|l| l.strip_prefix("gpu-trace: ready: watching denied accesses to char majors "))
+        .unwrap_or_else(|| panic!("no ready line with majors: {stderr:#?}"));
+    ready
+        .split(';')
+        .next()
+        .into_iter()
+        .flat_map(|list| list.split(", "))
+        .map(|m| {
+            m.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("a major: {m:?} in {ready}"))
+        })
+        .collect()
+}
+
+#[test]
+fn watch_watches_a_driver_major_registered_after_start() {
+    let Some(host) = kernel_test("watch_watches_a_driver_major_registered_after_start") else {
+        return;
+    };
+    let incident = Incident::new(&host, "late-driver");
+    // nvidia-uvm is not loaded when watch starts (nvidia-modprobe loads it
+    // at the first CUDA call): its major is in no list, and not watched.
+    let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(proc_devices.path(), proc_devices_text(None)).expect("write");
+    let mut command = Command::new(gpu_trace());
+    command
+        .args(["watch", "--format", "json"])
+        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
+    let mut watcher = Watcher::spawn(command);
+    let stderr = watcher.stderr_now();
+    let at_start = watched_at_ready(&stderr);
+    assert!(at_start.contains(&NVIDIA_FRONTEND_MAJOR), "{stderr:#?}");
+    assert!(!at_start.contains(&incident.uvm_major), "{stderr:#?}");
+    std::fs::write(
+        proc_devices.path(),
+        proc_devices_text(Some(incident.uvm_major)),
+    )
+    .expect("the driver loads");
+    watcher.wait_for_stderr(&format!(
+        "gpu-trace: now also watching char major {} (nvidia-uvm), registered after start",
+        incident.uvm_major
+    ));
+    let pid = incident.deny_once();
+    let events = watcher.wait_for_events(pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], incident.uvm_major, "{event:#}");
+    assert_eq!(event["driver"], "nvidia-uvm", "{event:#}");
+    assert_eq!(event["device"], "nvidia-uvm", "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}
+
 #[test]
 fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
     let Some(host) = kernel_test("watch_keeps_reporting_while_proc_devices_cannot_be_read") else {

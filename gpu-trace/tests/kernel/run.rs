@@ -207,6 +207,17 @@ fn run_follows_grandchildren_and_ignores_unrelated_processes() {
     assert_eq!(events.len(), 1, "{events:#?}");
 }
 
+/// `gpu-trace run --format json --cgroup INCIDENT'S -- gpu-trace __probe OPS`.
+fn run_probe_in(incident: &Incident, ops: &[String]) -> Command {
+    let mut command = Command::new(gpu_trace());
+    command
+        .args(["run", "--format", "json", "--cgroup"])
+        .arg(incident.cgroup.path())
+        .args(["--", gpu_trace(), "__probe"])
+        .args(ops);
+    command
+}
+
 #[test]
 fn run_names_rules_rewritten_while_the_process_ran() {
     let Some(host) = kernel_test("run_names_rules_rewritten") else {
@@ -219,19 +230,7 @@ fn run_names_rules_rewritten_while_the_process_ran() {
         ProbeOp::WaitFor { path: go.clone() }.to_arg(),
         incident.open_rw("nvidia0").to_arg(),
     ];
-    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
-    let mut run = Command::new(gpu_trace())
-        .args([
-            "run",
-            "--format",
-            "json",
-            "--cgroup",
-            &cgroup,
-            "--",
-            gpu_trace(),
-            "__probe",
-        ])
-        .args(&ops)
+    let mut run = run_probe_in(&incident, &ops)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -321,19 +320,7 @@ fn run_watches_a_driver_loaded_while_the_command_runs() {
         ProbeOp::WaitFor { path: go.clone() }.to_arg(),
         incident.open_rw("nvidia-uvm").to_arg(),
     ];
-    let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
-    let mut run = Command::new(gpu_trace())
-        .args([
-            "run",
-            "--format",
-            "json",
-            "--cgroup",
-            &cgroup,
-            "--",
-            gpu_trace(),
-            "__probe",
-        ])
-        .args(&ops)
+    let mut run = run_probe_in(&incident, &ops)
         .env("GPU_TRACE_PROC_DEVICES", &proc_devices)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

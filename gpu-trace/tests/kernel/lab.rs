@@ -333,6 +333,47 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
 }
 
 #[test]
+fn a_driver_loaded_after_watch_started_is_watched() {
+    let Some(lab) = lab_test("a_driver_loaded_after_watch_started_is_watched") else {
+        return;
+    };
+    // The audit logger starts at boot; the NVIDIA modules load later.
+    let _ = Command::new("rmmod").arg("gpu_standin").output();
+    assert_eq!(major_of("nvidia-uvm"), None, "the stand-in is unloaded");
+    let mut watcher = Watcher::start(&["--format", "json"]);
+    let _driver = Driver::load(&lab, &[]);
+    let uvm = make_nodes();
+    watcher.wait_for_stderr(&format!(
+        "gpu-trace: now also watching char major {uvm} (nvidia-uvm), registered after start"
+    ));
+
+    let name = "gt-lab-late-driver";
+    let container = Container::start(
+        "docker",
+        &lab,
+        name,
+        &[
+            "--device",
+            "/dev/nvidia0",
+            "--device",
+            "/dev/nvidiactl",
+            "-v",
+            "/dev/nvidia-uvm:/dev/nvidia-uvm",
+        ],
+    );
+    assert_denied(container.open("/dev/nvidia-uvm"));
+    let events = events_of_container(&watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["driver"], "nvidia-uvm", "{event:#}");
+    assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+    drop(container);
+}
+
+#[test]
 fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
     let Some(lab) = lab_test("daemon_reload_rewrites_a_patched_docker_containers_rules") else {
         return;

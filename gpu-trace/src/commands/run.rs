@@ -183,6 +183,9 @@ async fn trace_command(
     let mut ticks = interval(READ_EVERY);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut driver_majors = DriverMajorsOnTick::default();
+    // A failed re-read must not end the trace while CMD runs (no report, no
+    // signals forwarded): it is said once, and the majors stay as they are.
+    let mut follow_drivers = !args.devices.all_devices;
     let status = loop {
         tokio::select! {
             due = ring.drain_due() => {
@@ -190,8 +193,11 @@ async fn trace_command(
                 ring.before_drain().await;
                 ring.drained(stream(tracer, pipeline, DRAIN_BATCH));
             }
-            _ = ticks.tick(), if !args.devices.all_devices => {
-                driver_majors.tick(tracer, &mut pipeline.enricher)?;
+            _ = ticks.tick(), if follow_drivers => {
+                if let Err(e) = driver_majors.tick(tracer, &mut pipeline.enricher) {
+                    eprintln!("gpu-trace: {e:#}; drivers loaded from now on are not watched");
+                    follow_drivers = false;
+                }
             }
             status = child.wait() => break status?,
             _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),

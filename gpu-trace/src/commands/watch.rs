@@ -23,7 +23,7 @@ use crate::{
         output::{write_record, Format},
     },
     stream::{
-        driver_majors::DriverMajorsOnTick,
+        driver_majors::{DriverMajorsOnTick, READ_EVERY},
         filter::Filter,
         fold::Folder,
         metrics::Metrics,
@@ -36,7 +36,7 @@ use crate::{
 
 /// How often /proc/devices is re-read for NVIDIA majors registered later,
 /// and folded records whose window closed are written.
-const TICK: Duration = Duration::from_secs(1);
+const TICK: Duration = READ_EVERY;
 
 /// Counts for the closing summary.
 #[derive(Debug, Default, Clone, Copy)]

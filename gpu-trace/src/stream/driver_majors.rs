@@ -3,10 +3,16 @@
 //! by the first CUDA call (nvidia-modprobe), that is during the very launch
 //! `run` traces: /proc/devices is read again on every tick, new accelerator
 //! majors are watched, and the kernel side learns which majors have a driver.
+//! An open within the tick after the load comes before that; a traced open
+//! of an accelerator node's path (`/dev/nvidia*`, ...) that fails is
+//! reported whatever its major.
 
-use crate::{analysis::enrich::Enricher, host::proc_devices::CharMajors, kernel::tracer::Tracer};
+use crate::{
+    analysis::enrich::Enricher, host::proc_devices::CharMajors, kernel::tracer::Tracer,
+    text::terminal::escape,
+};
 
-/// How often run reads /proc/devices again (watch does on its own tick).
+/// How often /proc/devices is read again (watch's tick, run's).
 pub const READ_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Called once a tick (about a second) by the event loops of watch and run.
@@ -18,6 +24,8 @@ pub struct DriverMajorsOnTick {
 
 impl DriverMajorsOnTick {
     pub fn tick(&mut self, tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Result<()> {
+        // New accelerator majors first: the classes below skip watched
+        // majors, so a just-loaded GPU driver is never marked another's.
         watch_new_majors(tracer, enricher)?;
         if let Some(kernel) = self.read_kernel() {
             tracer.refresh_driver_majors(&kernel)?;
@@ -65,7 +73,10 @@ fn watch_new_majors(tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Res
         tracer.watch_majors(&new)?;
         for major in new {
             let driver = enricher.majors().driver(major).unwrap_or("?");
-            eprintln!("gpu-trace: now also watching char major {major} ({driver}), registered after start");
+            eprintln!(
+                "gpu-trace: now also watching char major {major} ({}), registered after start",
+                escape(driver)
+            );
         }
     }
     Ok(())

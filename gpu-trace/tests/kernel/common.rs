@@ -502,10 +502,15 @@ pub fn c_program(test: &str, name: &str, flags: &[&str]) -> Option<std::path::Pa
     }
 }
 
-/// A copy of /proc/devices for GPU_TRACE_PROC_DEVICES: the NVIDIA frontend, and nvidia-uvm once `uvm` is Some (its driver loaded).
-pub fn proc_devices_text(uvm: Option<u32>) -> String {
+/// Writes a copy of /proc/devices for GPU_TRACE_PROC_DEVICES: the NVIDIA
+/// frontend, and nvidia-uvm once `uvm` is Some (its driver loaded). Renamed
+/// into place, so that a reader never sees it half written.
+pub fn write_proc_devices(path: &std::path::Path, uvm: Option<u32>) {
     let uvm_line = uvm.map(|m| format!("{m} nvidia-uvm\n")).unwrap_or_default();
-    format!(
+    let text = format!(
         "Character devices:\n  1 mem\n195 nvidia-frontend\n{uvm_line}\nBlock devices:\n  8 sd\n"
-    )
+    );
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, text).expect("write the /proc/devices copy");
+    std::fs::rename(&partial, path).expect("rename the /proc/devices copy");
 }

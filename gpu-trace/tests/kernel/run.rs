@@ -314,7 +314,7 @@ fn run_watches_a_driver_loaded_while_the_command_runs() {
     // The launch run traces is what loads nvidia-uvm (nvidia-modprobe at
     // the first CUDA call): at start its major is in no list.
     let proc_devices = incident.nodes.dir().join("devices");
-    fs::write(&proc_devices, proc_devices_text(None)).expect("write devices copy");
+    write_proc_devices(&proc_devices, None);
     let go = incident.nodes.dir().join("go");
     let ops = [
         ProbeOp::WaitFor { path: go.clone() }.to_arg(),
@@ -351,8 +351,8 @@ fn run_watches_a_driver_loaded_while_the_command_runs() {
         }
     };
     wait_for("gpu-trace: started pid");
-    fs::write(&proc_devices, proc_devices_text(Some(incident.uvm_major)))
-        .expect("the driver loads");
+    // The driver loads.
+    write_proc_devices(&proc_devices, Some(incident.uvm_major));
     wait_for(&format!(
         "gpu-trace: now also watching char major {} (nvidia-uvm), registered after start",
         incident.uvm_major

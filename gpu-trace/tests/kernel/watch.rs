@@ -857,7 +857,7 @@ fn watch_watches_a_driver_major_registered_after_start() {
     // nvidia-uvm is not loaded when watch starts (nvidia-modprobe loads it
     // at the first CUDA call): its major is in no list, and not watched.
     let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(proc_devices.path(), proc_devices_text(None)).expect("write");
+    write_proc_devices(proc_devices.path(), None);
     let mut command = Command::new(gpu_trace());
     command
         .args(["watch", "--format", "json"])
@@ -867,11 +867,8 @@ fn watch_watches_a_driver_major_registered_after_start() {
     let at_start = watched_at_ready(&stderr);
     assert!(at_start.contains(&NVIDIA_FRONTEND_MAJOR), "{stderr:#?}");
     assert!(!at_start.contains(&incident.uvm_major), "{stderr:#?}");
-    std::fs::write(
-        proc_devices.path(),
-        proc_devices_text(Some(incident.uvm_major)),
-    )
-    .expect("the driver loads");
+    // The driver loads.
+    write_proc_devices(proc_devices.path(), Some(incident.uvm_major));
     watcher.wait_for_stderr(&format!(
         "gpu-trace: now also watching char major {} (nvidia-uvm), registered after start",
         incident.uvm_major

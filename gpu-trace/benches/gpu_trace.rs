@@ -146,7 +146,8 @@ fn main() {
 
 /// One group's fresh figures laid over the file's earlier ones, so that
 /// `--only` does not throw away the other groups: each group it replaces
-/// gets a `<group>_date` of its own.
+/// gets a `<group>_date` and a `<group>_machine` of its own (these
+/// machines are not always the same kind from one day to the next).
 fn merged_into_earlier(path: &Path, fresh: Value, group: &str) -> Value {
     let Some(mut earlier) = fs::read_to_string(path)
         .ok()
@@ -156,12 +157,14 @@ fn merged_into_earlier(path: &Path, fresh: Value, group: &str) -> Value {
         return fresh;
     };
     let date = fresh["date"].clone();
+    let machine = fresh["machine"].clone();
     for (key, value) in fresh.as_object().expect("an object").iter() {
         if matches!(key.as_str(), "date" | "machine" | "settings") {
             continue;
         }
         earlier[key] = value.clone();
         earlier[format!("{key}_date")] = date.clone();
+        earlier[format!("{key}_machine")] = machine.clone();
     }
     eprintln!(
         "bench: --only {group}: the other groups in {} are kept",
@@ -580,12 +583,27 @@ impl LinesOut {
     /// Lines and bytes.
     fn count(self) -> (u64, u64) {
         match self {
-            LinesOut::File(path) => {
-                let text = fs::read(&path).unwrap_or_default();
-                let lines = text.iter().filter(|&&b| b == b'\n').count() as u64;
-                (lines, text.len() as u64)
-            }
+            LinesOut::File(path) => count_lines(fs::File::open(&path).expect("watch's output")),
             LinesOut::Pipe(reader) => reader.join().expect("pipe reader"),
+        }
+    }
+}
+
+/// Lines and bytes read from `from` to its end, through one small buffer:
+/// reading a step's gigabyte whole would make the bench itself free that
+/// much memory right before the next step (see `reported_to_host_kib`).
+fn count_lines(mut from: impl std::io::Read) -> (u64, u64) {
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut lines, mut bytes) = (0u64, 0u64);
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return (lines, bytes),
+            Ok(n) => {
+                lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+                bytes += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("reading watch's lines: {e}"),
         }
     }
 }
@@ -603,20 +621,8 @@ fn watch_into_sink(
         }
         LineSink::Pipe => {
             let (mut child, stderr) = watch_with_stdout(args, Stdio::piped());
-            let mut pipe = child.stdout.take().expect("watch's stdout");
-            let reader = thread::spawn(move || {
-                use std::io::Read;
-                let mut buf = vec![0u8; 1 << 20];
-                let (mut lines, mut bytes) = (0u64, 0u64);
-                while let Ok(n) = pipe.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-                    bytes += n as u64;
-                }
-                (lines, bytes)
-            });
+            let pipe = child.stdout.take().expect("watch's stdout");
+            let reader = thread::spawn(move || count_lines(pipe));
             (child, stderr, LinesOut::Pipe(reader))
         }
     }

@@ -260,6 +260,17 @@ fn assert_denied(result: Result<(), String>) {
     );
 }
 
+/// The incident's Docker arguments: the GPU and control nodes passed as
+/// devices, nvidia-uvm only bind-mounted.
+const GPU_PASSED_UVM_MOUNTED: [&str; 6] = [
+    "--device",
+    "/dev/nvidia0",
+    "--device",
+    "/dev/nvidiactl",
+    "-v",
+    "/dev/nvidia-uvm:/dev/nvidia-uvm",
+];
+
 #[test]
 fn docker_uvm_denied_while_195_allowed_is_the_incident() {
     let Some(lab) = lab_test("docker_uvm_denied_while_195_allowed_is_the_incident") else {
@@ -269,21 +280,8 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
     let uvm = make_nodes();
     let watcher = Watcher::start(&["--format", "json"]);
 
-    // The GPU and control nodes passed as devices, nvidia-uvm only mounted.
     let name = "gt-lab-incident";
-    let container = Container::start(
-        "docker",
-        &lab,
-        name,
-        &[
-            "--device",
-            "/dev/nvidia0",
-            "--device",
-            "/dev/nvidiactl",
-            "-v",
-            "/dev/nvidia-uvm:/dev/nvidia-uvm",
-        ],
-    );
+    let container = Container::start("docker", &lab, name, &GPU_PASSED_UVM_MOUNTED);
     container.open("/dev/nvidiactl").expect("nvidiactl opens");
     assert_denied(container.open("/dev/nvidia-uvm"));
 
@@ -348,19 +346,7 @@ fn a_driver_loaded_after_watch_started_is_watched() {
     ));
 
     let name = "gt-lab-late-driver";
-    let container = Container::start(
-        "docker",
-        &lab,
-        name,
-        &[
-            "--device",
-            "/dev/nvidia0",
-            "--device",
-            "/dev/nvidiactl",
-            "-v",
-            "/dev/nvidia-uvm:/dev/nvidia-uvm",
-        ],
-    );
+    let container = Container::start("docker", &lab, name, &GPU_PASSED_UVM_MOUNTED);
     assert_denied(container.open("/dev/nvidia-uvm"));
     let events = events_of_container(&watcher, name, 1);
     assert_eq!(events.len(), 1, "{events:#?}");

@@ -236,7 +236,11 @@ fn report_finished(call: &OpenInFlight, ret: i32, syscall: SyscallKnown, pid_tgi
         // v1); EACCES after the device check is a security module's refusal
         // (file mode refusals come before the device check, and never get here).
         let denied = call.hook_verdict != 0 || ret == EPERM || ret == EACCES;
-        if denied || report_allowed() {
+        // Allowed, yet no driver answered: a GPU node whose major the driver
+        // held before it was reloaded (watched majors stay watched). By path,
+        // as for unwatched majors below.
+        let stale = ret == ENXIO && is_accelerator_dev_path(call.path_ptr);
+        if denied || stale || report_allowed() {
             emit(
                 call,
                 syscall,

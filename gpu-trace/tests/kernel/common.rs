@@ -514,3 +514,32 @@ pub fn write_proc_devices(path: &std::path::Path, uvm: Option<u32>) {
     std::fs::write(&partial, text).expect("write the /proc/devices copy");
     std::fs::rename(&partial, path).expect("rename the /proc/devices copy");
 }
+
+/// A node made under /dev/nvidia* for one test, removed on drop.
+pub struct DevNode(pub std::path::PathBuf);
+
+impl DevNode {
+    pub fn create(major: u32, minor: u32, mode: u32) -> Self {
+        let node = DevNode(std::path::PathBuf::from(format!(
+            "/dev/nvidia-gpu-trace-test-{}",
+            std::process::id()
+        )));
+        nix::sys::stat::mknod(
+            &node.0,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(mode),
+            nix::sys::stat::makedev(major.into(), minor.into()),
+        )
+        .expect("mknod in /dev");
+        // mknod applies the umask.
+        std::fs::set_permissions(&node.0, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("chmod");
+        node
+    }
+}
+
+impl Drop for DevNode {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

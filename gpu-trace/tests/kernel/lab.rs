@@ -525,6 +525,8 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
     };
     let driver = Driver::load(&lab, &[]);
     let old = make_nodes();
+    // An audit logger that runs through the reload, beside one started after it.
+    let mut through = Watcher::start(&["--format", "json"]);
     // A copy of the node made before the reload, as a container bind-mounts it.
     // On the root disk: /run is mounted nodev, where no node opens.
     let stale_dir = Path::new("/var/lib/gt-lab-stale");
@@ -557,6 +559,9 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
     let new = make_nodes();
     assert_ne!(new, old, "the reload moved the uvm major");
     assert_eq!(major_of("gpu-standin-shift"), None);
+    through.wait_for_stderr(&format!(
+        "gpu-trace: now also watching char major {new} (nvidia-uvm), registered after start"
+    ));
 
     let watcher = Watcher::start(&["--format", "json"]);
     assert_denied(container.open("/hostdev/nvidia-uvm"));
@@ -588,6 +593,30 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
         "{stranded:#}"
     );
     let (status, _) = watcher.stop();
+    assert!(status.success());
+    // The watch that ran through the reload says the same: the new major,
+    // watched since the reload, is denied; the old one, still watched, no
+    // longer has a driver.
+    let seen_through = events_of_container(&through, name, 2);
+    let majors_and_causes = |events: &[Value]| -> Vec<(u64, String)> {
+        let mut pairs: Vec<(u64, String)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e["major"].as_u64().unwrap_or_default(),
+                    e["cause"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        pairs.sort();
+        pairs
+    };
+    assert_eq!(
+        majors_and_causes(&seen_through),
+        majors_and_causes(&events),
+        "{seen_through:#?}"
+    );
+    let (status, _) = through.stop();
     assert!(status.success());
     let _ = fs::remove_dir_all(stale_dir);
 }

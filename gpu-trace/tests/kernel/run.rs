@@ -406,34 +406,6 @@ fn run_names_a_missing_node() {
     );
 }
 
-/// A node made under /dev/nvidia* for one test, removed on drop.
-struct DevNode(PathBuf);
-
-impl DevNode {
-    fn create(major: u32, minor: u32, mode: u32) -> Self {
-        let node = DevNode(PathBuf::from(format!(
-            "/dev/nvidia-gpu-trace-test-{}",
-            std::process::id()
-        )));
-        mknod(
-            &node.0,
-            SFlag::S_IFCHR,
-            Mode::from_bits_truncate(mode),
-            makedev(major.into(), minor.into()),
-        )
-        .expect("mknod in /dev");
-        // mknod applies the umask.
-        fs::set_permissions(&node.0, fs::Permissions::from_mode(mode)).expect("chmod");
-        node
-    }
-}
-
-impl Drop for DevNode {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
     let Some(host) = kernel_test("run_reports_failed_opens_under_dev_nvidia") else {

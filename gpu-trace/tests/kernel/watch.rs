@@ -829,6 +829,46 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     assert_eq!(shown, Vec::<serde_json::Value>::new());
 }
 
+#[test]
+fn a_watched_major_whose_driver_is_gone_is_reported_when_its_open_fails_enxio() {
+    let Some(host) = kernel_test("a_watched_major_whose_driver_is_gone_is_reported") else {
+        return;
+    };
+    // A GPU node of a major watched since before its driver went away (a
+    // reload onto another major): no policy refuses it, no driver answers.
+    // Its cause, from the node's name, is the lab's reload test's to check.
+    let major = uvm_standin();
+    let node = DevNode::create(major, 0, 0o666);
+    let cgroup = scratch_cgroup(&host, "stale-watched");
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--opens",
+        "full",
+        "--major",
+        &major.to_string(),
+    ]);
+    let probe = run_probe(
+        Path::new(gpu_trace()),
+        &[&cgroup],
+        &[ProbeOp::Open {
+            path: node.0.clone(),
+            mode: OpenMode::ReadWrite,
+        }],
+    )
+    .expect("probe");
+    assert_eq!(probe.results, [libc::ENXIO], "no driver behind the major");
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["major"], major, "{event:#}");
+    assert_eq!(event["errno"], "ENXIO", "{event:#}");
+    assert_eq!(event["verdict"], "allowed", "{event:#}");
+    assert_eq!(event["path"], node.0.to_str().expect("utf-8"), "{event:#}");
+    let (status, _) = watcher.stop();
+    assert!(status.success());
+}
+
 /// The char majors the ready line says are watched.
 fn watched_at_ready(stderr: &[String]) -> Vec<u32> {
     let ready = stderr

@@ -125,12 +125,7 @@ fn modules() -> BTreeMap<(String, String), String> {
         let path = entry.expect("entry of src/").path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         if path.is_dir() {
-            for file in fs::read_dir(&path).expect("read a layer's folder") {
-                let file = file.expect("entry of a layer").path();
-                let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
-                let text = fs::read_to_string(&file).expect("read module");
-                found.insert((name.clone(), stem), text);
-            }
+            read_layer(&name, &path, "", &mut found);
         } else if !["lib", "main", "layers"].contains(&name.as_str()) {
             let text = fs::read_to_string(&path).expect("read module");
             found.insert((name.clone(), name), text);
@@ -139,11 +134,41 @@ fn modules() -> BTreeMap<(String, String), String> {
     found
 }
 
+/// The files of a layer's folder and of the folders within it, keyed by
+/// their path inside the layer without ".rs" ("diagnose/causes/stale_major").
+fn read_layer(
+    layer: &str,
+    dir: &Path,
+    prefix: &str,
+    found: &mut BTreeMap<(String, String), String>,
+) {
+    for entry in fs::read_dir(dir).expect("read a layer's folder") {
+        let path = entry.expect("entry of a layer").path();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let inside = format!("{prefix}{stem}");
+        if path.is_dir() {
+            read_layer(layer, &path, &format!("{inside}/"), found);
+        } else {
+            let text = fs::read_to_string(&path).expect("read module");
+            found.insert((layer.to_string(), inside), text);
+        }
+    }
+}
+
+/// The module of the layer a file belongs to: itself, or the folder it
+/// lies in ("diagnose" for "diagnose/causes/stale_major").
+fn unit_of(file: &str) -> &str {
+    file.split('/').next().unwrap_or(file)
+}
+
 /// Every import that breaks the order, as "layer/file -> crate::path".
 fn violations(modules: &BTreeMap<(String, String), String>) -> Vec<String> {
     let mut wrong = Vec::new();
-    let mut within: BTreeMap<&(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
-    for (key @ (layer, file), text) in modules {
+    let mut within: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
+    for ((layer, file), text) in modules {
+        // Files in a folder of a layer are one module to the layer: they may
+        // import each other, and the folder as a whole must not be in a cycle.
+        let unit = unit_of(file);
         let own = rank(layer).unwrap_or_else(|| panic!("src/{layer} is in no layer of LAYERS"));
         for path in crate_paths(text) {
             let target = &path[0];
@@ -151,9 +176,9 @@ fn violations(modules: &BTreeMap<(String, String), String>) -> Vec<String> {
             match rank(target) {
                 None => wrong.push(format!("{shown}: not a layer")),
                 Some(_) if target == layer => {
-                    if let Some(other) = path.get(1).filter(|o| *o != file) {
+                    if let Some(other) = path.get(1).filter(|o| *o != unit) {
                         within
-                            .entry(key)
+                            .entry((layer.clone(), unit.to_string()))
                             .or_default()
                             .insert((layer.clone(), other.clone()));
                     }
@@ -184,7 +209,7 @@ fn violations(modules: &BTreeMap<(String, String), String>) -> Vec<String> {
 }
 
 fn reaches(
-    graph: &BTreeMap<&(String, String), BTreeSet<(String, String)>>,
+    graph: &BTreeMap<(String, String), BTreeSet<(String, String)>>,
     from: &(String, String),
     to: &(String, String),
     seen: &mut BTreeSet<(String, String)>,
@@ -224,6 +249,8 @@ fn the_check_catches_a_wrong_import_and_a_cycle() {
         module("commands", "run", "use crate::commands::watch::announce;"),
         module("analysis", "enrich", "use crate::{host::clock::BootClock, model::{access::A, node::N}};\n#[cfg(test)]\nmod tests {\n    use crate::commands::x;\n}"),
         module("analysis", "mod", "#[cfg(test)]\nmod test_support;\nuse crate::render::output::Format;"),
+        module("analysis", "diagnose/causes/x", "use crate::analysis::{attribute::A, diagnose::facts::F};"),
+        module("analysis", "attribute", "use crate::analysis::diagnose::Diagnoser;"),
     ]);
     let wrong = violations(&modules);
     assert_eq!(
@@ -232,6 +259,8 @@ fn the_check_catches_a_wrong_import_and_a_cycle() {
             "analysis/mod -> crate::render::output::Format: against the layer order",
             "kernel/tracer -> crate::cgroup::resolver::CgroupResolver: against the layer order",
             "model/record -> crate::analysis::enrich::Enricher: against the layer order",
+            "analysis/attribute <-> analysis/diagnose: a cycle",
+            "analysis/diagnose <-> analysis/attribute: a cycle",
             "commands/run imports another subcommand",
             "model/node <-> model/record: a cycle",
             "model/record <-> model/node: a cycle",

@@ -10,7 +10,7 @@ use crate::host::proc_pid::start_boot_ns;
 /// Processes looked at, at most: tenants can fill their subtree.
 const MAX_PROCESSES: usize = 10_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FirstProcess {
     pub pid: u32,
     /// Its start, on the kernel's boot-time clock (ns).

@@ -12,7 +12,7 @@ pub const NVIDIA_DYNAMIC_DRIVERS: [&str; 4] = [
 ];
 
 /// The device nodes NVIDIA's drivers create, by what they are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NvidiaNode {
     Ctl,
     Modeset,

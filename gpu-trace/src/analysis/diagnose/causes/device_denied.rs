@@ -1,0 +1,77 @@
+//! `device-denied`: a device policy denied it, and no cause before this
+//! one in the table fits.
+
+use crate::analysis::diagnose::{
+    facts::{Context, Facts},
+    fixes::allow_device,
+    phrasing::Finding,
+};
+
+pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
+    if !facts.denied_by_policy() {
+        return None;
+    }
+    Some(Finding {
+        explanation: format!("{} denies {}", facts.policy_text(), facts.device_text()),
+        fix: allow_device(
+            facts.container(),
+            &facts.node_path(),
+            facts.major,
+            facts.driver_name(),
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        analysis::{
+            diagnose::testing::{assert_has, diagnosis_of, HOSTILE},
+            test_support::record,
+        },
+        model::{access::Verdict, diagnosis::Cause},
+        scenario::pasted::assert_paste_safe,
+    };
+
+    #[test]
+    fn rules_by_name_use_the_name_proc_devices_gives_today() {
+        // Driver 550 and later register major 195 as "nvidia".
+        let mut r = record(
+            "/system.slice/cuda-job.service",
+            "/dev/nvidiactl",
+            195,
+            255,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.driver = Some("nvidia".into());
+        let diag = diagnosis_of(&r);
+        assert_eq!(diag.cause, Cause::DeviceDenied);
+        assert_has(&diag.hint, "`DeviceAllow=char-nvidia rw`");
+        r.driver = Some("nvidia-frontend".into());
+        assert_has(
+            &diagnosis_of(&r).hint,
+            "`DeviceAllow=char-nvidia-frontend rw`",
+        );
+    }
+
+    #[test]
+    fn hostile_paths_reach_the_device_hint_as_literal_words() {
+        for name in HOSTILE {
+            // A device with no NVIDIA node: the --device hint names the path.
+            let path = format!("/tmp/{name}/card");
+            let mut other = record(
+                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+                &path,
+                226,
+                0,
+                Verdict::DeniedByBpfPolicy,
+                -libc::EPERM,
+            );
+            other.node = None;
+            let diag = diagnosis_of(&other);
+            assert_has(&diag.hint, "--device");
+            assert_paste_safe(&diag.hint, &path);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! `dynamic-major-not-allowed`: the policy lacks a major the kernel hands
+//! out when a module loads (nvidia-uvm, caps, nvswitch; AMD's kfd), which
+//! can change after a reboot or driver update.
+
+use crate::{
+    analysis::diagnose::{
+        facts::{Context, Facts},
+        fixes::allow_device,
+        phrasing::{todays_major, Finding},
+    },
+    model::{container::Runtime, node::NvidiaNode, vendor::DRM_MAJOR},
+};
+
+/// AMD's compute node: its driver's name in /proc/devices, and its path.
+const KFD_DRIVER: &str = "kfd";
+const KFD_PATH: &str = "/dev/kfd";
+
+pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
+    if !facts.denied_by_policy() {
+        return None;
+    }
+    match facts.node {
+        Some(node) if node.has_dynamic_major() => Some(nvidia(facts, cx, node)),
+        _ if facts.driver.as_deref() == Some(KFD_DRIVER) => Some(kfd(facts)),
+        _ => None,
+    }
+}
+
+fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
+    let major = todays_major(node, cx.majors).unwrap_or(facts.major);
+    let frontend = if cx.frontend_allowed {
+        "it allows the NVIDIA frontend (major 195, seen allowed) but not"
+    } else {
+        "it does not allow"
+    };
+    Finding {
+        explanation: format!(
+            "{} denies {}: {frontend} {}'s major {major}, which the kernel assigns when the module loads and which can change after a reboot or driver update",
+            facts.policy_text(),
+            facts.device_text(),
+            node.driver(),
+        ),
+        fix: allow_device(facts.container(), &node.dev_path(), major, node.driver()),
+    }
+}
+
+/// ROCm's /dev/kfd denied: like nvidia-uvm, its major is handed out when
+/// amdgpu loads. ROCm needs the render nodes (/dev/dri) as well.
+fn kfd(facts: &Facts) -> Finding {
+    let major = facts.major;
+    let container = facts.container();
+    let fix = match container.runtime {
+        Runtime::Lxc => {
+            let mut fix = allow_device(container, KFD_PATH, major, KFD_DRIVER);
+            fix.insert(
+                fix.len().saturating_sub(1),
+                format!(
+                    "and for the render nodes: `lxc.cgroup2.devices.allow: c {DRM_MAJOR}:* rwm` with `lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir`"
+                ),
+            );
+            fix
+        }
+        Runtime::Docker | Runtime::Podman => vec![
+            "recreate the container with `--device /dev/kfd --device /dev/dri` (ROCm opens both), and `--group-add video --group-add render` where the nodes are not world-accessible".to_string(),
+        ],
+        Runtime::Containerd | Runtime::Crio => vec![
+            "request GPUs through AMD's ROCm device plugin (resources: amd.com/gpu), which passes /dev/kfd and the render nodes".to_string(),
+        ],
+        _ => allow_device(container, KFD_PATH, major, KFD_DRIVER),
+    };
+    Finding {
+        explanation: format!(
+            "{} denies {}: it does not allow kfd's major {major} (AMD's ROCm compute node), which the kernel assigns when amdgpu loads and which can change after a reboot or driver update",
+            facts.policy_text(),
+            facts.device_text(),
+        ),
+        fix,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        analysis::{
+            diagnose::{
+                testing::{assert_has, diagnose, diagnosis_of, DOCKER_SCOPE, HOSTILE},
+                Diagnoser,
+            },
+            test_support::record,
+        },
+        host::proc_devices::CharMajors,
+        model::{access::Verdict, diagnosis::Cause},
+        scenario::pasted::assert_paste_safe,
+    };
+
+    #[test]
+    fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {
+        let mut d = Diagnoser::default();
+        let ctl = record("/lxc/200", "/dev/nvidiactl", 195, 255, Verdict::Allowed, 3);
+        assert!(diagnose(&mut d, &ctl).is_none());
+        let uvm = record(
+            "/lxc/200",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        let diag = diagnose(&mut d, &uvm).expect("a diagnosis");
+        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        assert!(
+            diag.explanation.contains("ct 200")
+                && diag.explanation.contains("major 195, seen allowed"),
+            "{diag:?}"
+        );
+        assert!(
+            diag.fix[0].contains("/etc/pve/lxc/200.conf")
+                && diag.fix[0].contains("lxc.cgroup2.devices.allow: c 509:* rwm"),
+            "{diag:?}"
+        );
+        assert_has(&diag.hint, "pct reboot 200");
+    }
+
+    #[test]
+    fn stand_in_major_with_no_driver_is_named_by_its_path() {
+        let mut d = Diagnoser::default();
+        let majors = CharMajors::parse("Character devices:\n  1 mem\n");
+        let mut r = record(
+            "/lxc.payload.box",
+            "/tmp/n/nvidia-uvm",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -1,
+        );
+        r.driver = None;
+        let diag = d.diagnose(&r, &majors, 1, None, None).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        assert!(
+            diag.fix[0].contains("c 511:* rwm") && diag.fix[0].contains("/var/lib/lxc/box/config"),
+            "{diag:?}"
+        );
+    }
+
+    #[test]
+    fn kfd_denied_names_its_dynamic_major_and_rocms_fixes() {
+        let mut r = record(
+            "/lxc/300",
+            "/dev/kfd",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.node = None;
+        r.driver = Some("kfd".into());
+        r.device = Some("kfd".into());
+        let diag = diagnosis_of(&r);
+        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        assert_has(
+            &diag.explanation,
+            "kfd's major 511 (AMD's ROCm compute node)",
+        );
+        assert_has(&diag.hint, "lxc.cgroup2.devices.allow: c 511:* rwm");
+        assert_has(&diag.hint, "c 226:* rwm");
+        let mut r = record(
+            DOCKER_SCOPE,
+            "/dev/kfd",
+            511,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.node = None;
+        r.driver = Some("kfd".into());
+        assert_has(
+            &diagnosis_of(&r).hint,
+            "`--device /dev/kfd --device /dev/dri`",
+        );
+    }
+
+    #[test]
+    fn hostile_container_names_reach_commands_as_literal_words() {
+        for name in HOSTILE {
+            let r = record(
+                &format!("/lxc.payload.{name}"),
+                "/dev/nvidia-uvm",
+                509,
+                0,
+                Verdict::DeniedByBpfPolicy,
+                -libc::EPERM,
+            );
+            let diag = diagnosis_of(&r);
+            assert_has(&diag.hint, "lxc-stop -n");
+            assert_paste_safe(&diag.hint, name);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! `file-permissions`: EACCES before the device check, from the node's file
+//! mode or group. Not the device policy.
+
+use crate::{
+    analysis::diagnose::{
+        facts::{Context, Facts},
+        host::NodeGroup,
+        phrasing::{Finding, NODE_PATH},
+    },
+    model::access::Verdict,
+    text::shell_word::{command_word, prose},
+};
+
+pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
+    if facts.verdict != Verdict::FailedBeforeDeviceCheck || facts.errno() != Some(libc::EACCES) {
+        return None;
+    }
+    let path = facts.path_text();
+    let shown = prose(&path);
+    let uid = facts.uid;
+    let path_word = command_word(&path, NODE_PATH);
+    let group = facts
+        .pid
+        .zip(facts.path.as_deref())
+        .and_then(|(pid, path)| (cx.host.node_group)(pid, path));
+    Some(match group.filter(lacks_the_only_group) {
+        Some(g) => Finding {
+            explanation: format!(
+                "{shown} refused uid {uid} with EACCES: it is mode {:o}, open to group {} only, and the process is not in that group (its groups: {}); this is not the device policy",
+                g.mode & 0o7777,
+                g.gid,
+                g.process_groups
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            fix: vec![
+                format!(
+                    "give the container group {}: `--group-add {}` (Docker, podman), `securityContext.supplementalGroups: [{}]` (Kubernetes); with a user namespace, map that host gid into it",
+                    g.gid, g.gid, g.gid
+                ),
+                format!("or check `ls -ln -- {path_word}`: the driver's NVreg_DeviceFileGID / NVreg_DeviceFileMode set the group and mode"),
+            ],
+        },
+        None => Finding {
+            explanation: format!(
+                "{shown} refused uid {uid} with EACCES: its file mode or group does not let this user in; this is not the device policy"
+            ),
+            fix: vec![
+                format!("check `ls -l -- {path_word}`: NVIDIA's nodes are normally crw-rw-rw-"),
+                "add the user to the node's group (video or render), or set the driver's NVreg_DeviceFileMode / NVreg_DeviceFileGID module options".to_string(),
+            ],
+        },
+    })
+}
+
+/// The group may open it, others may not, and the process is not in it.
+fn lacks_the_only_group(g: &NodeGroup) -> bool {
+    let group_rw = g.mode & 0o060 == 0o060;
+    let other_rw = g.mode & 0o006 == 0o006;
+    group_rw && !other_rw && !g.process_groups.contains(&g.gid)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        analysis::{
+            diagnose::{
+                host::NodeGroup,
+                testing::{assert_has, diagnose, diagnosis_of, HOSTILE},
+                Diagnoser,
+            },
+            test_support::record,
+        },
+        model::{access::Verdict, diagnosis::Cause},
+        scenario::pasted::assert_paste_safe,
+    };
+
+    #[test]
+    fn a_node_open_to_a_group_the_process_lacks_names_the_group() {
+        let r = record(
+            "/system.slice/docker-ab.scope",
+            "/dev/dri/renderD128",
+            226,
+            128,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::EACCES,
+        );
+        let mut d = Diagnoser::default();
+        d.host.node_group = |_, _| {
+            Some(NodeGroup {
+                mode: 0o20660,
+                gid: 109,
+                process_groups: vec![1000, 44],
+            })
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::FilePermissions);
+        assert_has(&diag.explanation, "mode 660, open to group 109 only");
+        assert!(
+            diag.hint
+                .starts_with("give the container group 109: `--group-add 109`"),
+            "{}",
+            diag.hint
+        );
+        // In the group already: the general advice.
+        let mut d = Diagnoser::default();
+        d.host.node_group = |_, _| {
+            Some(NodeGroup {
+                mode: 0o20660,
+                gid: 109,
+                process_groups: vec![109],
+            })
+        };
+        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        assert!(diag.hint.starts_with("check `ls -l"), "{}", diag.hint);
+    }
+
+    #[test]
+    fn eacces_before_the_device_check_is_not_a_policy_problem() {
+        let eacces = record(
+            "/",
+            "/dev/nvidia0",
+            0,
+            0,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::EACCES,
+        );
+        let diag = diagnosis_of(&eacces);
+        assert_eq!(diag.cause, Cause::FilePermissions);
+        assert_has(&diag.explanation, "not the device policy");
+    }
+
+    #[test]
+    fn hostile_paths_reach_the_ls_hint_as_literal_words() {
+        for name in HOSTILE {
+            let path = format!("/tmp/{name}/nvidia-uvm");
+            let eacces = record(
+                "/",
+                &path,
+                0,
+                0,
+                Verdict::FailedBeforeDeviceCheck,
+                -libc::EACCES,
+            );
+            assert_paste_safe(&diagnosis_of(&eacces).hint, &path);
+        }
+    }
+}

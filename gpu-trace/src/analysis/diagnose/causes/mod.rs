@@ -1,0 +1,111 @@
+//! The catalogue of root causes, one file each, in the order they are
+//! tried: the first that fits is the one named. docs/root-causes.md lists
+//! them in this order, and a test below keeps the two together.
+
+use crate::{
+    analysis::diagnose::{
+        facts::{Context, Facts},
+        phrasing::Finding,
+    },
+    model::diagnosis::{Cause, Diagnosis},
+};
+
+mod ancestor_policy;
+mod device_allow_name_unresolved;
+mod device_denied;
+mod dynamic_major_not_allowed;
+mod file_permissions;
+mod lsm_denied;
+mod no_cgroups_hook;
+mod node_missing;
+mod rules_rewritten;
+mod stacked_programs;
+mod stale_cdi_spec;
+mod stale_major;
+mod v1_devices_list;
+
+/// A cause and how to tell whether it fits; `find` checks the verdicts it
+/// applies to itself.
+struct Rule {
+    cause: Cause,
+    find: fn(&Facts, &Context) -> Option<Finding>,
+}
+
+/// The priority. The four failures that are not a BPF policy's refusal
+/// come first (each fits one verdict only), then the BPF denials from the
+/// most specific story to the most general.
+const CAUSES: [Rule; 13] = [
+    rule(Cause::FilePermissions, file_permissions::find),
+    rule(Cause::NodeMissing, node_missing::find),
+    rule(Cause::V1DevicesList, v1_devices_list::find),
+    rule(Cause::LsmDenied, lsm_denied::find),
+    rule(Cause::RulesRewritten, rules_rewritten::find),
+    rule(Cause::StaleCdiSpec, stale_cdi_spec::find),
+    rule(
+        Cause::DeviceAllowNameUnresolved,
+        device_allow_name_unresolved::find,
+    ),
+    rule(Cause::StaleMajor, stale_major::find),
+    rule(Cause::AncestorPolicy, ancestor_policy::find),
+    rule(Cause::NoCgroupsHook, no_cgroups_hook::find),
+    rule(Cause::StackedPrograms, stacked_programs::find),
+    rule(
+        Cause::DynamicMajorNotAllowed,
+        dynamic_major_not_allowed::find,
+    ),
+    rule(Cause::DeviceDenied, device_denied::find),
+];
+
+const fn rule(cause: Cause, find: fn(&Facts, &Context) -> Option<Finding>) -> Rule {
+    Rule { cause, find }
+}
+
+/// The first cause in the table that fits; None for an access that is fine.
+pub(super) fn first_fitting(facts: &Facts, cx: &Context) -> Option<Diagnosis> {
+    CAUSES
+        .iter()
+        .find_map(|rule| (rule.find)(facts, cx).map(|finding| finding.into_diagnosis(rule.cause)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CAUSES;
+
+    /// The names in the first column of docs/root-causes.md's catalogue.
+    fn documented_causes() -> Vec<String> {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/root-causes.md"),
+        )
+        .expect("read docs/root-causes.md");
+        let table = doc
+            .split("\n\n")
+            .find(|block| block.starts_with("| cause |"));
+        table
+            .expect("the catalogue's table")
+            .lines()
+            .skip(2)
+            .map(|row| {
+                row.split('|')
+                    .nth(1)
+                    .expect("a first column")
+                    .trim()
+                    .trim_matches('`')
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_documented_catalogue_is_the_table_in_its_order() {
+        let in_code: Vec<&str> = CAUSES.iter().map(|rule| rule.cause.id()).collect();
+        assert_eq!(documented_causes(), in_code);
+    }
+
+    #[test]
+    fn each_cause_has_one_rule() {
+        let mut ids: Vec<&str> = CAUSES.iter().map(|rule| rule.cause.id()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), CAUSES.len());
+    }
+}

@@ -1,0 +1,110 @@
+//! `node-missing`: the open failed before the device check and the node is
+//! not there (ENOENT; EACCES is file-permissions', tried before).
+
+use crate::{
+    analysis::diagnose::{
+        facts::{Context, Facts},
+        phrasing::Finding,
+    },
+    model::{access::Verdict, container::Runtime, node::NvidiaNode},
+    text::shell_word::prose,
+};
+
+pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
+    if facts.verdict != Verdict::FailedBeforeDeviceCheck {
+        return None;
+    }
+    let path = facts.path_text();
+    let (why, fix) = match NvidiaNode::from_path(path.as_bytes()) {
+        Some(NvidiaNode::Uvm | NvidiaNode::UvmTools) => (
+            if (cx.host.uvm_loaded)() {
+                "the nvidia_uvm module is loaded but the node was never created"
+            } else {
+                "the nvidia_uvm module is not loaded, so the node was never created"
+            },
+            "on the host: `nvidia-modprobe -u -c=0` (loads nvidia_uvm and creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools)".to_string(),
+        ),
+        Some(NvidiaNode::Modeset) => (
+            "nvidia-modeset was never created",
+            "on the host: `nvidia-modprobe -m` (loads nvidia_modeset and creates /dev/nvidia-modeset)".to_string(),
+        ),
+        Some(NvidiaNode::Gpu(n)) => ("the GPU node was never created", format!("on the host: `nvidia-modprobe -c={n}`")),
+        Some(NvidiaNode::Cap(_)) => (
+            "the MIG capability node was never created",
+            "on the host: `nvidia-modprobe -f /proc/driver/nvidia/capabilities/...` for the capability, or `nvidia-ctk system create-device-nodes --control-devices`".to_string(),
+        ),
+        _ if path.starts_with("/dev/kfd") => (
+            "AMD's kfd node was never created (amdgpu makes it when it loads)",
+            "on the host: check that amdgpu is loaded (`lsmod | grep amdgpu`, `ls /sys/class/kfd`)".to_string(),
+        ),
+        _ if path.starts_with("/dev/dri/") => (
+            "the DRM node does not exist",
+            "on the host: check that the GPU's driver is loaded (`ls /sys/class/drm`)".to_string(),
+        ),
+        _ if path.starts_with("/dev/accel/") => (
+            "the accel node does not exist",
+            "on the host: check that the accelerator's driver is loaded (`ls /sys/class/accel`: habanalabs, intel_vpu)".to_string(),
+        ),
+        _ => ("the node does not exist", "check that the NVIDIA driver is loaded on the host (`nvidia-smi`)".to_string()),
+    };
+    let mut fixes = vec![fix];
+    if facts.container().runtime != Runtime::Cgroup {
+        fixes.push(format!(
+            "then make it visible in {} (it needs the node bind-mounted or passed as a device)",
+            facts.label()
+        ));
+    }
+    Some(Finding {
+        explanation: format!("{} does not exist (ENOENT): {why}", prose(&path)),
+        fix: fixes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        analysis::{
+            diagnose::{
+                testing::{assert_has, diagnose},
+                Diagnoser,
+            },
+            test_support::record,
+        },
+        model::{access::Verdict, diagnosis::Cause},
+    };
+
+    #[test]
+    fn enoent_is_a_missing_node_with_its_modprobe() {
+        let mut d = Diagnoser::default();
+        d.host.uvm_loaded = || false;
+        let missing = record(
+            "/",
+            "/dev/nvidia-uvm",
+            0,
+            0,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::ENOENT,
+        );
+        let diag = diagnose(&mut d, &missing).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::NodeMissing);
+        assert_has(&diag.fix[0], "nvidia-modprobe -u -c=0");
+        assert_has(&diag.explanation, "the nvidia_uvm module is not loaded");
+        let modeset = record(
+            "/",
+            "/dev/nvidia-modeset",
+            0,
+            0,
+            Verdict::FailedBeforeDeviceCheck,
+            -libc::ENOENT,
+        );
+        assert_has(
+            &diagnose(&mut d, &modeset).expect("diagnosis").fix[0],
+            "nvidia-modprobe -m",
+        );
+        // The module read goes through the seam.
+        let mut d = Diagnoser::default();
+        d.host.uvm_loaded = || true;
+        let diag = diagnose(&mut d, &missing).expect("diagnosis");
+        assert_has(&diag.explanation, "the nvidia_uvm module is loaded but");
+    }
+}

@@ -1,0 +1,149 @@
+//! `rules-rewritten`: the device rules of a running container were
+//! rewritten. Known two ways: the cgroup opened the device earlier in this
+//! trace, or the denying program was written after its first process started.
+
+use crate::{
+    analysis::{
+        diagnose::{
+            facts::{Context, Facts},
+            fixes::allow_device,
+            phrasing::Finding,
+        },
+        policy_age::{duration_text, seconds_after_start},
+    },
+    model::{container::Runtime, denied_by::DeniedBy},
+    text::shell_word::{plain_or, prose},
+};
+
+pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
+    if !facts.denied_by_policy() {
+        return None;
+    }
+    let what = if cx.opened_before {
+        format!(
+            "{} opened {} earlier in this trace and is now denied",
+            facts.label(),
+            facts.device_text()
+        )
+    } else {
+        let (seconds, pid) = written_after_start(facts)?;
+        format!(
+            "{} was written {} after the cgroup's first process (pid {pid}) started, and denies {}",
+            facts.policy_text(),
+            duration_text(seconds),
+            facts.device_text()
+        )
+    };
+    let container = facts.container();
+    let fix = match container.runtime {
+        Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio => vec![
+            "give the container its GPUs as devices (`--gpus all` / `--device`, or CDI specs) so reloads keep them".to_string(),
+            "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
+            "or let the engine manage cgroups itself: the cgroupfs driver (dockerd `\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]`, containerd `SystemdCgroup = false`), whose rules systemd never re-applies".to_string(),
+            "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),
+        ],
+        Runtime::Systemd => vec![format!(
+            "in {}: DeviceAllow=char-{} rw (a rule by driver name survives reloads and new majors)",
+            prose(&container.id),
+            plain_or(facts.driver_name(), "DRIVER")
+        )],
+        _ => allow_device(container, &facts.node_path(), facts.major, facts.driver_name()),
+    };
+    Some(Finding {
+        explanation: format!(
+            "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or runc after `docker update`)"
+        ),
+        fix,
+    })
+}
+
+/// When the program that denied it was loaded past the start's grace after
+/// the cgroup's first process: the delay and that process.
+fn written_after_start(facts: &Facts) -> Option<(u64, u32)> {
+    let first = facts.started?;
+    match facts.culprit()? {
+        DeniedBy::Program { loaded_boot_ns, .. } => {
+            Some((seconds_after_start(*loaded_boot_ns, first)?, first.pid))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use crate::{
+        analysis::{
+            diagnose::{
+                testing::{assert_has, diagnose, DOCKER_SCOPE},
+                Diagnoser,
+            },
+            test_support::{record, PROC_DEVICES},
+        },
+        cgroup::first_process::FirstProcess,
+        host::proc_devices::CharMajors,
+        model::{access::Verdict, denied_by::DeniedBy, diagnosis::Cause, rendered::Rendered},
+    };
+
+    #[test]
+    fn a_policy_written_after_the_cgroup_started_is_a_rewrite_without_history() {
+        let mut r = record(
+            DOCKER_SCOPE,
+            "/dev/nvidia0",
+            195,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        let program = |loaded_s: u64| DeniedBy::Program {
+            id: 4120,
+            name: "sd_devices".into(),
+            tag: "ab12".into(),
+            attached_at: "/system.slice/docker-3f2a9c1b0d4e.scope".into(),
+            loaded_at: "2026-11-30T06:03:12Z".into(),
+            loaded_boot_ns: loaded_s * 1_000_000_000,
+            writer: None,
+            allowed_by: Vec::new(),
+        };
+        let started = FirstProcess {
+            pid: 8812,
+            start_boot_ns: 8 * 1_000_000_000,
+        };
+        let majors = CharMajors::parse(PROC_DEVICES);
+        r.denied_by = Some(Rc::new(Rendered::new(program(200))));
+        let diag = Diagnoser::default()
+            .diagnose(&r, &majors, 0, Some(started), None)
+            .expect("diagnosis");
+        assert_eq!(diag.cause, Cause::RulesRewritten);
+        assert_has(
+            &diag.explanation,
+            "was written 3 min 12 s after the cgroup's first process (pid 8812) started, and denies nvidia0 (c 195:0)",
+        );
+        assert_has(&diag.hint, "create-dev-char-symlinks");
+        // Loaded with the start (within the grace): not a rewrite.
+        r.denied_by = Some(Rc::new(Rendered::new(program(9))));
+        let diag = Diagnoser::default()
+            .diagnose(&r, &majors, 0, Some(started), None)
+            .expect("diagnosis");
+        assert_ne!(diag.cause, Cause::RulesRewritten);
+    }
+
+    #[test]
+    fn allowed_then_denied_means_rules_were_rewritten() {
+        let mut d = Diagnoser::default();
+        let allowed = record(DOCKER_SCOPE, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3);
+        assert!(diagnose(&mut d, &allowed).is_none());
+        let denied = record(
+            DOCKER_SCOPE,
+            "/dev/nvidia0",
+            195,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -1,
+        );
+        let diag = diagnose(&mut d, &denied).expect("diagnosis");
+        assert_eq!(diag.cause, Cause::RulesRewritten);
+        assert_has(&diag.hint, "create-dev-char-symlinks");
+    }
+}

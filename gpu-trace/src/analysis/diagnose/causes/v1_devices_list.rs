@@ -1,0 +1,55 @@
+//! `v1-devices-list`: the BPF policies allowed it and the open still got
+//! EPERM: cgroup v1's devices controller refused it.
+
+use crate::{
+    analysis::diagnose::{
+        facts::{Context, Facts},
+        phrasing::Finding,
+    },
+    model::access::Verdict,
+};
+
+pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
+    if facts.verdict != Verdict::DeniedAfterBpf {
+        return None;
+    }
+    let major = facts.major;
+    Some(Finding {
+        explanation: format!(
+            "the BPF device policies allowed {} for {}, but the open still got EPERM: the cgroup v1 devices controller (devices.list) denies it",
+            facts.device_text(),
+            facts.label()
+        ),
+        fix: vec![
+            format!(
+                "for now: `echo 'c {major}:* rwm' > /sys/fs/cgroup/devices/CGROUP/devices.allow`, CGROUP being the process's devices cgroup (see /proc/PID/cgroup)"
+            ),
+            format!(
+                "to keep it: add the rule to the runtime's config (LXC on cgroup v1: `lxc.cgroup.devices.allow: c {major}:* rwm`; Docker: `--device-cgroup-rule='c {major}:* rmw'`)"
+            ),
+        ],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        analysis::{diagnose::testing::diagnosis_of, test_support::record},
+        model::{access::Verdict, diagnosis::Cause},
+    };
+
+    #[test]
+    fn v1_denial_points_at_devices_list() {
+        let r = record(
+            "/docker/abc",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedAfterBpf,
+            -1,
+        );
+        let diag = diagnosis_of(&r);
+        assert_eq!(diag.cause, Cause::V1DevicesList);
+        assert!(diag.hint.contains("devices.allow") && diag.hint.contains("c 509:* rmw"));
+    }
+}

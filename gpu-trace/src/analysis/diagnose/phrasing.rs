@@ -1,0 +1,117 @@
+//! The words every cause shares: how the container, the device, the policy
+//! and the node are named in prose, and how a finding becomes a diagnosis.
+
+use crate::{
+    analysis::diagnose::facts::Facts,
+    host::proc_devices::CharMajors,
+    model::{
+        denied_by::DeniedBy,
+        diagnosis::{Cause, Diagnosis},
+        node::{NvidiaNode, NVIDIA_FRONTEND_MAJOR},
+        policy_writer::Manager,
+    },
+    text::shell_word::prose,
+};
+
+/// What a cause works out; the cause table adds which cause it is.
+pub(super) struct Finding {
+    pub explanation: String,
+    pub fix: Vec<String>,
+}
+
+/// Shown in commands instead of an observed name no quoting can show:
+/// bare words, which a shell pasted into passes as they are (`<name>`
+/// would be a redirection).
+pub(super) const CONTAINER: &str = "CONTAINER";
+pub(super) const NODE_PATH: &str = "NODE_PATH";
+const PLACEHOLDERS: [&str; 2] = [CONTAINER, NODE_PATH];
+
+impl Finding {
+    /// The diagnosis, with a note on any placeholder the fix had to use.
+    pub fn into_diagnosis(mut self, cause: Cause) -> Diagnosis {
+        let placeholders: Vec<&str> = PLACEHOLDERS
+            .into_iter()
+            .filter(|p| self.fix.iter().any(|f| f.contains(p)))
+            .collect();
+        if !placeholders.is_empty() {
+            self.fix.push(format!(
+                "({} stand{} for the name in this event, which holds characters that cannot be shown safely in a command)",
+                placeholders.join(" and "),
+                if placeholders.len() == 1 { "s" } else { "" }
+            ));
+        }
+        Diagnosis::new(cause, self.explanation, self.fix)
+    }
+}
+
+impl Facts {
+    /// The path opened, else the node's usual path.
+    pub fn path_text(&self) -> String {
+        match (&self.path, self.node) {
+            (Some(path), _) => String::from_utf8_lossy(path).into_owned(),
+            (None, Some(node)) => node.dev_path(),
+            (None, None) => "(device)".into(),
+        }
+    }
+
+    /// The node's usual path when it is NVIDIA's, else the path opened.
+    pub fn node_path(&self) -> String {
+        self.node
+            .map_or_else(|| self.path_text(), NvidiaNode::dev_path)
+    }
+
+    /// "the device policy prog 920 (lxc_dev) at /lxc/200 (of ct 200)" when
+    /// attribution found the program, else "the device policy of ct 200".
+    pub fn policy_text(&self) -> String {
+        match self.culprit() {
+            Some(culprit @ DeniedBy::Program { .. }) => format!(
+                "the device policy {} (of {})",
+                prose(&culprit.describe()),
+                self.label()
+            ),
+            _ => format!("the device policy of {}", self.label()),
+        }
+    }
+
+    /// The container's label, for prose.
+    pub fn label(&self) -> String {
+        prose(&self.container().label()).into_owned()
+    }
+
+    /// "nvidia-uvm (c 509:0)".
+    pub fn device_text(&self) -> String {
+        let name = self.device.as_deref().unwrap_or("device");
+        format!("{name} (c {}:{})", self.major, self.minor)
+    }
+
+    /// The driver's name today, for rules by name.
+    pub fn driver_name(&self) -> &str {
+        self.driver
+            .as_deref()
+            .or(self.node.map(NvidiaNode::driver))
+            .unwrap_or("DRIVER")
+    }
+
+    /// The culprit program's cgroup and writer, when a program denied it.
+    pub fn culprit_program(&self) -> Option<(&str, Option<Manager>)> {
+        match self.culprit()? {
+            DeniedBy::Program {
+                attached_at,
+                writer,
+                ..
+            } => Some((attached_at.as_str(), writer.as_ref().map(|w| w.manager))),
+            _ => None,
+        }
+    }
+}
+
+/// Today's major of the node's driver, per /proc/devices.
+pub(super) fn todays_major(node: NvidiaNode, majors: &CharMajors) -> Option<u32> {
+    if !node.has_dynamic_major() {
+        return Some(NVIDIA_FRONTEND_MAJOR);
+    }
+    majors
+        .nvidia_majors()
+        .into_iter()
+        .find(|&m| majors.driver(m) == Some(node.driver()))
+}

@@ -1,0 +1,64 @@
+//! What the causes' tests share: a diagnoser with /proc/devices as the
+//! analysis tests give it, a culprit program, hostile names.
+
+use std::rc::Rc;
+
+use crate::{
+    analysis::{diagnose::Diagnoser, test_support::PROC_DEVICES},
+    host::proc_devices::CharMajors,
+    model::{
+        denied_by::DeniedBy,
+        diagnosis::Diagnosis,
+        policy_writer::{Manager, PolicyWriter},
+        record::Record,
+        rendered::Rendered,
+    },
+};
+
+/// A Docker container's scope under the systemd cgroup driver.
+pub const DOCKER_SCOPE: &str =
+    "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
+
+/// Names a tenant may give its cgroup (root in an LXC container, a
+/// delegated systemd subtree) or the path it opens.
+pub const HOSTILE: [&str; 4] = [
+    "$(touch${IFS}pwned)",
+    "x;echo>pwned",
+    "a'b`echo>pwned`",
+    "-n$(echo>pwned)",
+];
+
+pub fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
+    d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0, None, None)
+}
+
+/// The diagnosis a fresh diagnoser gives; panics when there is none.
+pub fn diagnosis_of(r: &Record) -> Rc<Diagnosis> {
+    diagnose(&mut Diagnoser::default(), r).expect("a diagnosis")
+}
+
+/// A program attached at `attached_at`, written by `manager`.
+pub fn by_program(attached_at: &str, manager: Manager) -> Rc<Rendered<DeniedBy>> {
+    Rc::new(Rendered::new(DeniedBy::Program {
+        id: 77,
+        name: "sd_devices".into(),
+        tag: "ab12".into(),
+        attached_at: attached_at.into(),
+        loaded_at: "2026-11-30T06:00:00Z".into(),
+        loaded_boot_ns: 0,
+        allowed_by: Vec::new(),
+        writer: Some(PolicyWriter {
+            manager,
+            evidence: "pid 1 (systemd) holds it open".into(),
+            pid: Some(1),
+            comm: Some("systemd".into()),
+            loaded_at: "2026-11-30T06:00:00Z".into(),
+        }),
+    }))
+}
+
+/// Asserts that `text` contains `part`, showing `text` when it does not.
+#[track_caller]
+pub fn assert_has(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in {text:?}");
+}

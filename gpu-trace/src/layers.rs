@@ -11,18 +11,19 @@ use std::{
 };
 
 /// The layers in import order. Layers of equal rank may not import each other.
-const LAYERS: [(&str, u8); 11] = [
+const LAYERS: [(&str, u8); 12] = [
     ("text", 0),
     ("model", 1),
     ("host", 2),
-    ("kernel", 3),
-    ("cgroup", 3),
-    ("analysis", 4),
-    ("render", 5),
-    ("stream", 6),
-    ("scenario", 7),
-    ("cli", 8),
-    ("commands", 9),
+    ("runtime", 3),
+    ("kernel", 4),
+    ("cgroup", 4),
+    ("analysis", 5),
+    ("render", 6),
+    ("stream", 7),
+    ("scenario", 8),
+    ("cli", 9),
+    ("commands", 10),
 ];
 
 fn rank(layer: &str) -> Option<u8> {

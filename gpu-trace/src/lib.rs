@@ -5,8 +5,9 @@
 //! `layers.rs`, which tests it, and docs/architecture.md):
 //!
 //! `text` (tenant strings made safe for shells, terminals, JSON) ->
-//! `model` (data) -> `host` (files the host offers) -> `kernel` (bpf(2),
-//! aya) and `cgroup` (names of cgroups) -> `analysis` (enrich, attribute,
+//! `model` (data) -> `host` (files the host offers) -> `runtime` (one room
+//! per container runtime: its cgroups, names, labels and fixes) -> `kernel`
+//! (bpf(2), aya) and `cgroup` (names of cgroups) -> `analysis` (enrich, attribute,
 //! diagnose) -> `render` (human, JSON, reports) -> `stream` (filter, fold,
 //! sink, metrics) -> `scenario` (the incident rebuilt for selftest and
 //! tests) -> `cli` -> `commands` (one per subcommand) -> main.rs.
@@ -16,6 +17,8 @@ pub mod text;
 pub mod model;
 
 pub mod host;
+
+pub mod runtime;
 
 pub mod cgroup;
 pub mod kernel;

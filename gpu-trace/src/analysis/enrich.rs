@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     cgroup::{
         first_process::{first_process, FirstProcess},
-        identity::{identify, NameSources},
+        identity::identify,
         resolver::CgroupResolver,
     },
     host::{clock::BootClock, proc_devices::CharMajors, sysfs_devices::device_facts},
@@ -24,6 +24,7 @@ use crate::{
         rendered::Rendered,
         vendor::{vendor_and_role, DeviceFacts, Role, Vendor},
     },
+    runtime::NameSources,
 };
 
 pub struct Enricher {

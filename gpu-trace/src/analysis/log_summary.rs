@@ -168,7 +168,7 @@ impl LogSummary {
         self.first_seen = Some(self.first_seen.map_or(first, |f| f.min(first)));
         self.last_seen = Some(self.last_seen.map_or(last, |l| l.max(last)));
         self.containers
-            .add(record.container.label(), count, first, last);
+            .add(crate::runtime::label(&record.container), count, first, last);
         let itemized = record.kind.as_deref() != Some("summary");
         let (device, cause) = if itemized {
             (device_name(&record), cause_name(&record))

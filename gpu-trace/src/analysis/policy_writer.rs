@@ -10,11 +10,12 @@ use crate::{
     host::runtime_processes::oci_runtime_of,
     kernel::program_holders::holder_of,
     model::{
-        container::{Container, Runtime},
+        container::Container,
         denied_by::DeniedBy,
         policy_writer::{Manager, PolicyWriter, ProcessRef},
         rendered::Rendered,
     },
+    runtime,
 };
 
 /// The name systemd gives every device program it attaches.
@@ -126,10 +127,8 @@ fn work_out(
             None,
         );
     }
-    let engine_runs_it = matches!(
-        container.runtime,
-        Runtime::Docker | Runtime::Containerd | Runtime::Podman | Runtime::Crio
-    ) && attached_at.starts_with(&container.cgroup);
+    let engine_runs_it =
+        runtime::of(container.runtime).oci_engine() && attached_at.starts_with(&container.cgroup);
     if name.is_empty() && engine_runs_it {
         if let Some((manager, process)) = runtime() {
             let evidence = format!(
@@ -156,6 +155,7 @@ fn work_out(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::container::Runtime;
 
     fn docker(id: &str) -> Container {
         Container {

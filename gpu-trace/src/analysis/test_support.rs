@@ -3,13 +3,14 @@
 use std::{rc::Rc, time::SystemTime};
 
 use crate::{
-    cgroup::identity::{identify, NameSources},
+    cgroup::identity::identify,
     host::proc_devices::CharMajors,
     model::{
         access::{DeviceAccess, OpenCall, Verdict, VerdictSource},
         node::NvidiaNode,
         record::{Record, RecordKind},
     },
+    runtime::NameSources,
 };
 
 pub const PROC_DEVICES: &str = "Character devices:\n195 nvidia-frontend\n509 nvidia-uvm\n";

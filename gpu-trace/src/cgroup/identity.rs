@@ -7,37 +7,12 @@
 //! a directory owned by root (not below one handed to another owner), and
 //! with the id format the runtime uses.
 
-use std::{fs, os::unix::fs::MetadataExt, path::PathBuf};
+use std::{fs, os::unix::fs::MetadataExt};
 
 use crate::{
-    host::mountinfo::cgroup2_mount,
     model::container::{Container, Runtime},
+    runtime::{self, is_full_container_id, NameSources, PathStep, ROOMS},
 };
-
-/// Where runtimes keep what names their containers; a root other than "/"
-/// lets tests use a fake tree.
-#[derive(Debug, Clone)]
-pub struct NameSources {
-    pub pve_lxc_dir: PathBuf,
-    pub docker_containers_dir: PathBuf,
-    /// containers/storage's list of rootful podman's containers and their names.
-    pub podman_containers_file: PathBuf,
-    /// The cgroup2 mount, whose directories' owners tell a runtime's
-    /// cgroups from a delegated user's; None checks no owner.
-    pub cgroup2_mount: Option<PathBuf>,
-}
-
-impl Default for NameSources {
-    fn default() -> Self {
-        Self {
-            pve_lxc_dir: "/etc/pve/lxc".into(),
-            docker_containers_dir: "/var/lib/docker/containers".into(),
-            podman_containers_file:
-                "/var/lib/containers/storage/overlay-containers/containers.json".into(),
-            cgroup2_mount: cgroup2_mount().ok().flatten(),
-        }
-    }
-}
 
 /// Identifies the container of a cgroup path (relative to the cgroup2
 /// mount). The innermost container wins (docker inside an LXC container is
@@ -49,25 +24,31 @@ pub fn identify(cgroup: &str, names: &NameSources) -> Container {
     let mut container = None;
     let mut unit = None;
     for (depth, component) in components.iter().enumerate().take(trusted) {
+        let step = PathStep {
+            component,
+            ancestors: &components[..depth],
+        };
+        let Some((room, id)) = ROOMS
+            .iter()
+            .find_map(|room| room.recognise(&step).map(|id| (*room, id)))
+        else {
+            continue;
+        };
         let prefix = format!("/{}", components[..=depth].join("/"));
-        let parent = depth.checked_sub(1).map(|d| components[d]);
-        match match_component(component, parent, &components[..depth]) {
-            Some(hit) if hit.0 == Runtime::Systemd => unit = unit.or(Some((hit, prefix))),
-            Some(hit) => container = Some((hit, prefix)),
-            None => {}
+        if room.is_host_unit() {
+            unit = unit.or(Some((room, id, None, prefix)));
+        } else {
+            container = Some((room, id, pod_uid(step.ancestors), prefix));
         }
     }
     match container.or(unit) {
-        Some(((runtime, id, pod_uid), cgroup)) => {
-            let name = lookup_name(runtime, &id, names);
-            Container {
-                runtime,
-                id,
-                name,
-                pod_uid,
-                cgroup,
-            }
-        }
+        Some((room, id, pod_uid, cgroup)) => Container {
+            runtime: room.runtime(),
+            name: room.name(&id, names),
+            id,
+            pod_uid,
+            cgroup,
+        },
         None => Container {
             runtime: Runtime::Cgroup,
             id: if cgroup.is_empty() {
@@ -100,62 +81,6 @@ fn root_made_depth(names: &NameSources, components: &[&str]) -> usize {
     components.len()
 }
 
-type Hit = (Runtime, String, Option<String>);
-
-fn match_component(component: &str, parent: Option<&str>, ancestors: &[&str]) -> Option<Hit> {
-    let hit = |runtime, id: &str| Some((runtime, id.to_string(), pod_uid(ancestors)));
-    // LXC 4+: lxc.payload.NAME (lxc.monitor.NAME is LXC's own monitor, not the container).
-    if let Some(name) = component.strip_prefix("lxc.payload.") {
-        return hit(Runtime::Lxc, name);
-    }
-    // LXC before 4 and Proxmox: lxc/NAME (lxc/200 on Proxmox).
-    if parent == Some("lxc") && ancestors.len() == 1 {
-        return hit(Runtime::Lxc, component);
-    }
-    // The monitors (crio-conmon-ID.scope, libpod-conmon-ID.scope) fail
-    // the id format and are not containers.
-    let scope_id = |prefix: &str| {
-        component
-            .strip_prefix(prefix)
-            .and_then(|r| r.strip_suffix(".scope"))
-            .filter(|id| is_full_container_id(id))
-    };
-    if let Some(id) = scope_id("docker-") {
-        return hit(Runtime::Docker, id);
-    }
-    if parent == Some("docker") && is_full_container_id(component) {
-        return hit(Runtime::Docker, component);
-    }
-    if let Some(id) = scope_id("cri-containerd-") {
-        return hit(Runtime::Containerd, id);
-    }
-    if let Some(id) = scope_id("crio-") {
-        return hit(Runtime::Crio, id);
-    }
-    if let Some(id) = scope_id("libpod-") {
-        return hit(Runtime::Podman, id);
-    }
-    // cgroupfs-driver Kubernetes: kubepods/burstable/pod<UID>/<ID>.
-    if parent.is_some_and(|p| p.starts_with("pod"))
-        && ancestors.iter().any(|a| a.starts_with("kubepods"))
-        && is_full_container_id(component)
-    {
-        return hit(Runtime::Containerd, component);
-    }
-    if let Some(unit) = component.strip_suffix(".service") {
-        return Some((Runtime::Systemd, format!("{unit}.service"), None));
-    }
-    None
-}
-
-/// The ids Docker, containerd, CRI-O and podman give: 64 lowercase hex digits.
-fn is_full_container_id(text: &str) -> bool {
-    text.len() == 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// The pod UID of Kubernetes paths: kubepods-burstable-pod<UID>.slice (systemd
 /// driver, dashes for underscores) or pod<UID> (cgroupfs driver).
 fn pod_uid(ancestors: &[&str]) -> Option<String> {
@@ -173,82 +98,10 @@ fn pod_uid(ancestors: &[&str]) -> Option<String> {
     })
 }
 
-fn lookup_name(runtime: Runtime, id: &str, names: &NameSources) -> Option<String> {
-    match runtime {
-        Runtime::Lxc if id.chars().all(|c| c.is_ascii_digit()) => {
-            let config = fs::read_to_string(names.pve_lxc_dir.join(format!("{id}.conf"))).ok()?;
-            proxmox_hostname(&config)
-        }
-        Runtime::Lxc => Some(id.to_string()),
-        Runtime::Docker => {
-            let config =
-                fs::read_to_string(names.docker_containers_dir.join(id).join("config.v2.json"))
-                    .ok()?;
-            docker_name(&config)
-        }
-        Runtime::Podman => {
-            let list = fs::read_to_string(&names.podman_containers_file).ok()?;
-            podman_name(&list, id)
-        }
-        Runtime::Systemd => Some(unescape_unit(id)),
-        _ => None,
-    }
-}
-
-/// The first of "names" of container `id` in containers/storage's
-/// containers.json (an array of {"id", "names", ...}).
-fn podman_name(list: &str, id: &str) -> Option<String> {
-    let containers: Vec<serde_json::Value> = serde_json::from_str(list).ok()?;
-    let container = containers.iter().find(|c| c["id"] == id)?;
-    Some(container["names"].get(0)?.as_str()?.to_string())
-}
-
-/// "hostname: NAME" from a Proxmox CT config (the part before any [snapshot]).
-fn proxmox_hostname(config: &str) -> Option<String> {
-    config
-        .lines()
-        .take_while(|line| !line.starts_with('['))
-        .find_map(|line| line.strip_prefix("hostname:"))
-        .map(|name| name.trim().to_string())
-}
-
-/// "Name" from Docker's config.v2.json ("/web" -> "web").
-fn docker_name(config: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(config).ok()?;
-    let name = value.get("Name")?.as_str()?;
-    Some(name.trim_start_matches('/').to_string())
-}
-
-/// systemd's unit-name escaping: "\x2d" -> "-".
-pub fn unescape_unit(name: &str) -> String {
-    let mut out = Vec::with_capacity(name.len());
-    let bytes = name.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = bytes
-            .get(i..i + 4)
-            .filter(|b| b[0] == b'\\' && b[1] == b'x');
-        match escaped
-            .and_then(|b| std::str::from_utf8(&b[2..4]).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            Some(byte) => {
-                out.push(byte);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Does `query` (what a user typed for --container) name this container?
 /// A CT id, a name, a full or short (>= 4 characters) container id.
 pub fn matches(container: &Container, query: &str) -> bool {
-    if container.runtime == Runtime::Cgroup || query.is_empty() {
+    if !runtime::of(container.runtime).is_container() || query.is_empty() {
         return false;
     }
     container.id == query
@@ -331,15 +184,6 @@ mod tests {
     #[test]
     fn unit_names_are_unescaped() {
         assert_eq!(
-            unescape_unit("jupyter\\x2dlab.service"),
-            "jupyter-lab.service"
-        );
-        assert_eq!(
-            unescape_unit("a\\x2"),
-            "a\\x2",
-            "a cut escape stays as it is"
-        );
-        assert_eq!(
             id_of("/system.slice/jupyter\\x2dlab.service")
                 .name
                 .as_deref(),
@@ -379,10 +223,10 @@ mod tests {
 
         let ct = identify("/lxc/200/ns", &names);
         assert_eq!(ct.name.as_deref(), Some("cuda-box"));
-        assert_eq!(ct.label(), "ct 200 (cuda-box)");
+        assert_eq!(runtime::label(&ct), "ct 200 (cuda-box)");
         let d = identify(&format!("/system.slice/docker-{DOCKER_ID}.scope"), &names);
         assert_eq!(d.name.as_deref(), Some("trainer"));
-        assert_eq!(d.label(), "docker 3f2a9c1b0d4e (trainer)");
+        assert_eq!(runtime::label(&d), "docker 3f2a9c1b0d4e (trainer)");
         // crun's program and processes sit in the scope's `container` child.
         let p = identify(
             &format!("/machine.slice/libpod-{DOCKER_ID}.scope/container"),

@@ -8,9 +8,12 @@ use std::{
 
 use anyhow::{bail, Context};
 
-use crate::cgroup::{
-    identity::{identify, matches, NameSources},
-    resolver::CgroupResolver,
+use crate::{
+    cgroup::{
+        identity::{identify, matches},
+        resolver::CgroupResolver,
+    },
+    runtime::NameSources,
 };
 
 /// `--cgroup PATH`: a directory under the cgroup2 mount, given with or

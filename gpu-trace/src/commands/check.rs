@@ -18,9 +18,7 @@ use crate::{
         vendor_check::vendor_sets,
     },
     cgroup::{
-        first_process::first_process,
-        identity::{identify, NameSources},
-        resolver::CgroupResolver,
+        first_process::first_process, identity::identify, resolver::CgroupResolver,
         target::check_target,
     },
     cli::CheckArgs,
@@ -35,6 +33,7 @@ use crate::{
         check_report::{write_human, CdiReport, CheckReport, DevicesListReport},
         output::Format,
     },
+    runtime::NameSources,
     text::{json, shell_word::prose, style},
 };
 

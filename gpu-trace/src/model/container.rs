@@ -43,28 +43,3 @@ pub struct Container {
     /// The cgroup (relative to the cgroup2 mount) where the container starts.
     pub cgroup: String,
 }
-
-impl Container {
-    /// "ct 200 (lxc)", "docker 3f2a9c1b0d4e (web)", ...
-    pub fn label(&self) -> String {
-        let id = match self.runtime {
-            Runtime::Lxc if self.id.chars().all(|c| c.is_ascii_digit()) => {
-                format!("ct {}", self.id)
-            }
-            Runtime::Docker | Runtime::Containerd | Runtime::Crio | Runtime::Podman => {
-                format!("{} {}", self.runtime.label(), short_id(&self.id))
-            }
-            Runtime::Cgroup => return format!("cgroup {}", self.id),
-            _ => format!("{} {}", self.runtime.label(), self.id),
-        };
-        match &self.name {
-            Some(name) if *name != self.id => format!("{id} ({name})"),
-            _ => id,
-        }
-    }
-}
-
-/// The first 12 characters of a container id, as `docker ps` shows it.
-pub fn short_id(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
-}

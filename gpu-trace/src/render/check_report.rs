@@ -62,7 +62,7 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
     out.line(format_args!(
         "gpu-trace check: cgroup {} ({}){pid}",
         report.cgroup,
-        report.container.label()
+        crate::runtime::label(&report.container)
     ))?;
     match report.programs.len() {
         0 => out.line(format_args!("device programs in force: none"))?,

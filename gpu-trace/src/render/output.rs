@@ -15,7 +15,6 @@ use chrono::{DateTime, Local};
 use crate::{
     model::{
         access::Verdict,
-        container::Runtime,
         record::{Record, RecordKind},
         vendor::{Role, Vendor},
     },
@@ -122,9 +121,10 @@ fn human_line(record: &Record) -> String {
         None => ("(not an open call)".to_string(), "-".to_string()),
     };
     // A plain cgroup's label would only repeat its path.
-    let container = match record.container.runtime {
-        Runtime::Cgroup => String::new(),
-        _ => format!("{}  ", record.container.label()),
+    let container = if crate::runtime::of(record.container.runtime).is_container() {
+        format!("{}  ", crate::runtime::label(&record.container))
+    } else {
+        String::new()
     };
     let mut line = format!(
         "  {container}pid {pid} tid {tid} {comm} uid {uid}  cgroup {cgroup}  {device}  {path}  {result}",

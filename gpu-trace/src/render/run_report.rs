@@ -125,7 +125,7 @@ impl Report {
                     None,
                     &format!(
                         " x{count}  {path}  {device}  {errno}  in {}",
-                        record.container.label()
+                        crate::runtime::label(&record.container)
                     ),
                 ),
             ])?;

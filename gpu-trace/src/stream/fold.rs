@@ -296,11 +296,12 @@ mod tests {
 
     use super::*;
     use crate::{
-        cgroup::identity::{identify, NameSources},
+        cgroup::identity::identify,
         model::{
             access::{DeviceAccess, Verdict, VerdictSource},
             rendered::Rendered,
         },
+        runtime::NameSources,
     };
 
     /// `seconds` after the epoch: the tests' clock.

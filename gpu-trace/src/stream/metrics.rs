@@ -153,7 +153,7 @@ impl Metrics {
             let labels = DeniedLabels {
                 // Label values reach terminals (curl) and alert texts: the
                 // client escapes only quotes, backslashes and newlines.
-                container: escaped(record.container.label()),
+                container: escaped(crate::runtime::label(&record.container)),
                 device: escape(record.device.as_deref().unwrap_or_default()).into_owned(),
                 major: a.major.to_string(),
                 minor: a.minor.to_string(),

@@ -8,7 +8,6 @@
 
 mod causes;
 mod facts;
-mod fixes;
 mod host;
 mod phrasing;
 #[cfg(test)]

@@ -10,6 +10,8 @@ use crate::{
         node::{NvidiaNode, NVIDIA_FRONTEND_MAJOR},
         policy_writer::Manager,
     },
+    runtime,
+    runtime::{CONTAINER, NODE_PATH},
     text::shell_word::prose,
 };
 
@@ -19,11 +21,7 @@ pub(super) struct Finding {
     pub fix: Vec<String>,
 }
 
-/// Shown in commands instead of an observed name no quoting can show:
-/// bare words, which a shell pasted into passes as they are (`<name>`
-/// would be a redirection).
-pub(super) const CONTAINER: &str = "CONTAINER";
-pub(super) const NODE_PATH: &str = "NODE_PATH";
+/// The words commands show for names no quoting can show.
 const PLACEHOLDERS: [&str; 2] = [CONTAINER, NODE_PATH];
 
 impl Finding {
@@ -75,7 +73,7 @@ impl Facts {
 
     /// The container's label, for prose.
     pub fn label(&self) -> String {
-        prose(&self.container().label()).into_owned()
+        prose(&runtime::label(self.container())).into_owned()
     }
 
     /// "nvidia-uvm (c 509:0)".

@@ -6,10 +6,11 @@
 use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
-        phrasing::{Finding, CONTAINER},
+        phrasing::Finding,
     },
     host::systemd_units::{char_names, glob_matches, unit_of_cgroup},
     model::policy_writer::Manager,
+    runtime::CONTAINER,
     text::shell_word::{command_word, plain_or, prose},
 };
 

@@ -1,10 +1,12 @@
 //! `device-denied`: a device policy denied it, and no cause before this
 //! one in the table fits.
 
-use crate::analysis::diagnose::{
-    facts::{Context, Facts},
-    fixes::allow_device,
-    phrasing::Finding,
+use crate::{
+    analysis::diagnose::{
+        facts::{Context, Facts},
+        phrasing::Finding,
+    },
+    runtime::{allow_device, DeviceToAllow},
 };
 
 pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
@@ -15,9 +17,11 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
         explanation: format!("{} denies {}", facts.policy_text(), facts.device_text()),
         fix: allow_device(
             facts.container(),
-            &facts.node_path(),
-            facts.major,
-            facts.driver_name(),
+            &DeviceToAllow {
+                path: &facts.node_path(),
+                major: facts.major,
+                driver: facts.driver_name(),
+            },
         ),
     })
 }

@@ -5,10 +5,10 @@
 use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
-        fixes::allow_device,
         phrasing::{todays_major, Finding},
     },
-    model::{container::Runtime, node::NvidiaNode, vendor::DRM_MAJOR},
+    model::node::NvidiaNode,
+    runtime::{self, allow_device, DeviceToAllow},
 };
 
 /// AMD's compute node: its driver's name in /proc/devices, and its path.
@@ -40,7 +40,14 @@ fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
             facts.device_text(),
             node.driver(),
         ),
-        fix: allow_device(facts.container(), &node.dev_path(), major, node.driver()),
+        fix: allow_device(
+            facts.container(),
+            &DeviceToAllow {
+                path: &node.dev_path(),
+                major,
+                driver: node.driver(),
+            },
+        ),
     }
 }
 
@@ -49,25 +56,14 @@ fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
 fn kfd(facts: &Facts) -> Finding {
     let major = facts.major;
     let container = facts.container();
-    let fix = match container.runtime {
-        Runtime::Lxc => {
-            let mut fix = allow_device(container, KFD_PATH, major, KFD_DRIVER);
-            fix.insert(
-                fix.len().saturating_sub(1),
-                format!(
-                    "and for the render nodes: `lxc.cgroup2.devices.allow: c {DRM_MAJOR}:* rwm` with `lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir`"
-                ),
-            );
-            fix
-        }
-        Runtime::Docker | Runtime::Podman => vec![
-            "recreate the container with `--device /dev/kfd --device /dev/dri` (ROCm opens both), and `--group-add video --group-add render` where the nodes are not world-accessible".to_string(),
-        ],
-        Runtime::Containerd | Runtime::Crio => vec![
-            "request GPUs through AMD's ROCm device plugin (resources: amd.com/gpu), which passes /dev/kfd and the render nodes".to_string(),
-        ],
-        _ => allow_device(container, KFD_PATH, major, KFD_DRIVER),
-    };
+    let fix = runtime::of(container.runtime).allow_rocm(
+        container,
+        &DeviceToAllow {
+            path: KFD_PATH,
+            major,
+            driver: KFD_DRIVER,
+        },
+    );
     Finding {
         explanation: format!(
             "{} denies {}: it does not allow kfd's major {major} (AMD's ROCm compute node), which the kernel assigns when amdgpu loads and which can change after a reboot or driver update",

@@ -5,9 +5,10 @@ use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
         host::NodeGroup,
-        phrasing::{Finding, NODE_PATH},
+        phrasing::Finding,
     },
     model::access::Verdict,
+    runtime::NODE_PATH,
     text::shell_word::{command_word, prose},
 };
 

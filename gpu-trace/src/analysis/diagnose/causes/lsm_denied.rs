@@ -4,10 +4,11 @@
 use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
-        phrasing::{Finding, CONTAINER, NODE_PATH},
+        phrasing::Finding,
     },
     host::security_modules::SecurityModule,
     model::access::Verdict,
+    runtime::{CONTAINER, NODE_PATH},
     text::shell_word::{command_word, plain_or, prose},
 };
 

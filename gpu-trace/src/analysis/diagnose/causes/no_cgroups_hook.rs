@@ -6,10 +6,10 @@
 use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
-        fixes::allow_device,
         phrasing::Finding,
     },
-    model::container::Runtime,
+    runtime,
+    runtime::{allow_device, DeviceToAllow},
     text::shell_word::prose,
 };
 
@@ -19,10 +19,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     }
     let node = facts.node?;
     let container = facts.container();
-    let engine = matches!(
-        container.runtime,
-        Runtime::Docker | Runtime::Containerd | Runtime::Crio | Runtime::Podman
-    );
+    let engine = runtime::of(container.runtime).oci_engine();
     let (attached_at, _) = facts.culprit_program()?;
     if !engine || !attached_at.starts_with(&container.cgroup) {
         return None;
@@ -35,9 +32,11 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     )];
     fix.extend(allow_device(
         container,
-        &node.dev_path(),
-        facts.major,
-        facts.driver_name(),
+        &DeviceToAllow {
+            path: &node.dev_path(),
+            major: facts.major,
+            driver: facts.driver_name(),
+        },
     ));
     Some(Finding {
         explanation: format!(

@@ -6,7 +6,8 @@ use crate::{
         facts::{Context, Facts},
         phrasing::Finding,
     },
-    model::{access::Verdict, container::Runtime, node::NvidiaNode},
+    model::{access::Verdict, node::NvidiaNode},
+    runtime,
     text::shell_word::prose,
 };
 
@@ -48,7 +49,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         _ => ("the node does not exist", "check that the NVIDIA driver is loaded on the host (`nvidia-smi`)".to_string()),
     };
     let mut fixes = vec![fix];
-    if facts.container().runtime != Runtime::Cgroup {
+    if runtime::of(facts.container().runtime).is_container() {
         fixes.push(format!(
             "then make it visible in {} (it needs the node bind-mounted or passed as a device)",
             facts.label()

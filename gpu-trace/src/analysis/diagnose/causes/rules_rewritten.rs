@@ -6,13 +6,12 @@ use crate::{
     analysis::{
         diagnose::{
             facts::{Context, Facts},
-            fixes::allow_device,
             phrasing::Finding,
         },
         policy_age::{duration_text, seconds_after_start},
     },
-    model::{container::Runtime, denied_by::DeniedBy},
-    text::shell_word::{plain_or, prose},
+    model::denied_by::DeniedBy,
+    runtime::{self, DeviceToAllow},
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
@@ -35,20 +34,14 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         )
     };
     let container = facts.container();
-    let fix = match container.runtime {
-        Runtime::Docker | Runtime::Podman | Runtime::Containerd | Runtime::Crio => vec![
-            "give the container its GPUs as devices (`--gpus all` / `--device`, or CDI specs) so reloads keep them".to_string(),
-            "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
-            "or let the engine manage cgroups itself: the cgroupfs driver (dockerd `\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]`, containerd `SystemdCgroup = false`), whose rules systemd never re-applies".to_string(),
-            "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),
-        ],
-        Runtime::Systemd => vec![format!(
-            "in {}: DeviceAllow=char-{} rw (a rule by driver name survives reloads and new majors)",
-            prose(&container.id),
-            plain_or(facts.driver_name(), "DRIVER")
-        )],
-        _ => allow_device(container, &facts.node_path(), facts.major, facts.driver_name()),
-    };
+    let fix = runtime::of(container.runtime).keep_rules(
+        container,
+        &DeviceToAllow {
+            path: &facts.node_path(),
+            major: facts.major,
+            driver: facts.driver_name(),
+        },
+    );
     Some(Finding {
         explanation: format!(
             "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or runc after `docker update`)"

@@ -5,10 +5,10 @@
 use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
-        fixes::allow_device,
         phrasing::Finding,
     },
     model::{denied_by::DeniedBy, policy_writer::Manager},
+    runtime::{allow_device, DeviceToAllow},
     text::shell_word::prose,
 };
 
@@ -38,9 +38,11 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     )];
     fix.extend(allow_device(
         facts.container(),
-        &facts.node_path(),
-        facts.major,
-        facts.driver_name(),
+        &DeviceToAllow {
+            path: &facts.node_path(),
+            major: facts.major,
+            driver: facts.driver_name(),
+        },
     ));
     Some(Finding {
         explanation: format!(

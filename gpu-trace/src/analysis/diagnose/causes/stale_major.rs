@@ -5,10 +5,10 @@
 use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
-        fixes::allow_device,
-        phrasing::{todays_major, Finding, NODE_PATH},
+        phrasing::{todays_major, Finding},
     },
     model::{access::Verdict, node::NvidiaNode},
+    runtime::{allow_device, DeviceToAllow, NODE_PATH},
     text::shell_word::{command_word, prose},
 };
 
@@ -43,9 +43,11 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
     )];
     fix.extend(allow_device(
         facts.container(),
-        &node.dev_path(),
-        today,
-        node.driver(),
+        &DeviceToAllow {
+            path: &node.dev_path(),
+            major: today,
+            driver: node.driver(),
+        },
     ));
     Some(Finding {
         explanation: format!(

@@ -1,0 +1,74 @@
+//! Docker: `docker-<ID>.scope` under the systemd cgroup driver,
+//! `docker/<ID>` under cgroupfs; names in its containers' config.v2.json.
+
+use std::fs;
+
+use crate::{
+    model::container::{Container, Runtime},
+    runtime::{
+        is_full_container_id, oci_engine, ContainerRuntime, DeviceToAllow, NameSources, PathStep,
+        NODE_PATH,
+    },
+    text::shell_word::command_word,
+};
+
+pub struct Docker;
+
+impl ContainerRuntime for Docker {
+    fn runtime(&self) -> Runtime {
+        Runtime::Docker
+    }
+
+    fn recognise(&self, step: &PathStep) -> Option<String> {
+        let id = step.scope_id("docker-").or_else(|| {
+            (step.parent() == Some("docker") && is_full_container_id(step.component))
+                .then_some(step.component)
+        })?;
+        Some(id.to_string())
+    }
+
+    fn name(&self, id: &str, sources: &NameSources) -> Option<String> {
+        let config = fs::read_to_string(
+            sources
+                .docker_containers_dir
+                .join(id)
+                .join("config.v2.json"),
+        )
+        .ok()?;
+        docker_name(&config)
+    }
+
+    fn label(&self, id: &str) -> String {
+        oci_engine::label(self.runtime(), id)
+    }
+
+    fn oci_engine(&self) -> bool {
+        true
+    }
+
+    fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
+        vec![format!(
+            "recreate the container with `--device {}` (or `--device-cgroup-rule='c {}:* rmw'`); with the NVIDIA Container Toolkit, `--gpus all` adds every node",
+            command_word(device.path, NODE_PATH),
+            device.major
+        )]
+    }
+
+    fn keep_rules(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
+        oci_engine::keep_rules()
+    }
+
+    fn allow_rocm(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
+        vec![ROCM_DEVICES.to_string()]
+    }
+}
+
+/// ROCm opens /dev/kfd and the render nodes; Docker and podman pass both alike.
+pub(super) const ROCM_DEVICES: &str = "recreate the container with `--device /dev/kfd --device /dev/dri` (ROCm opens both), and `--group-add video --group-add render` where the nodes are not world-accessible";
+
+/// "Name" from Docker's config.v2.json ("/web" -> "web").
+fn docker_name(config: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(config).ok()?;
+    let name = value.get("Name")?.as_str()?;
+    Some(name.trim_start_matches('/').to_string())
+}

@@ -1,0 +1,29 @@
+//! Where runtimes keep what names their containers.
+
+use std::path::PathBuf;
+
+use crate::host::mountinfo::cgroup2_mount;
+
+/// A root other than "/" lets tests use a fake tree.
+#[derive(Debug, Clone)]
+pub struct NameSources {
+    pub pve_lxc_dir: PathBuf,
+    pub docker_containers_dir: PathBuf,
+    /// containers/storage's list of rootful podman's containers and their names.
+    pub podman_containers_file: PathBuf,
+    /// The cgroup2 mount, whose directories' owners tell a runtime's
+    /// cgroups from a delegated user's; None checks no owner.
+    pub cgroup2_mount: Option<PathBuf>,
+}
+
+impl Default for NameSources {
+    fn default() -> Self {
+        Self {
+            pve_lxc_dir: "/etc/pve/lxc".into(),
+            docker_containers_dir: "/var/lib/docker/containers".into(),
+            podman_containers_file:
+                "/var/lib/containers/storage/overlay-containers/containers.json".into(),
+            cgroup2_mount: cgroup2_mount().ok().flatten(),
+        }
+    }
+}

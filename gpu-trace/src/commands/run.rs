@@ -19,12 +19,11 @@ use nix::{
     unistd::{getpgrp, tcgetpgrp, Pid},
 };
 use tokio::{
-    signal::unix::{signal, SignalKind},
-    time::{interval, MissedTickBehavior},
+    process::Child,
+    signal::unix::{signal, Signal as UnixSignal, SignalKind},
 };
 
 use crate::{
-    analysis::pipeline::Pipeline,
     cgroup::{
         resolver::CgroupResolver,
         spawn::place_child_in,
@@ -35,20 +34,19 @@ use crate::{
         preflight::{check_tracing_host, Host},
         proc_devices::CharMajors,
     },
-    kernel::{
-        detach_after_exit::detach_after_exit,
-        open_route::OpensChoice,
-        tracer::{Tracer, DRAIN_BATCH},
-    },
+    kernel::{detach_after_exit::detach_after_exit, open_route::OpensChoice, tracer::Tracer},
     model::exit_status,
     render::{
         announce::{hook_lines, Hooks},
-        output::{write_record, Format},
+        output::Format,
         run_report::Report,
     },
-    stream::driver_majors::{DriverMajorsOnTick, READ_EVERY},
-    stream::filter::vendor_shown,
-    stream::ring_events::{event_loop_runtime, RingEvents},
+    stream::{
+        event_loop::{event_loop, Controls, FollowDrivers, Step},
+        ring_events::event_loop_runtime,
+        run_output::RunOutput,
+        session::Session,
+    },
     text::{json, style, terminal::escape},
 };
 
@@ -63,24 +61,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     // example, that 195 was allowed where uvm was denied).
     let mut config = tracer_config(&args.devices, &majors, true, args.tracer, OpensChoice::Full);
     config.follow_process_tree = true;
-    let mut tracer = Tracer::start(&host.cgroup2_mount, &config)?;
-    for line in hook_lines(&tracer, Hooks::Missing) {
+    let mut session = Session::start(&host.cgroup2_mount, &config, cgroups, majors)?;
+    for line in hook_lines(&session.tracer, Hooks::Missing) {
         eprintln!("gpu-trace: {line}");
     }
-    let mut pipeline = Pipeline::new(
-        cgroups.with_cgroups_made(tracer.take_cgroup_paths()),
-        majors,
-    );
 
     let runtime = event_loop_runtime()?;
     let command_text = shell_words(&args.command);
-    let (status, report) = runtime.block_on(trace_command(
-        &mut tracer,
-        &mut pipeline,
-        &args,
-        target.as_deref(),
-    ))?;
-    let lost = tracer.lost_events();
+    let (status, report) =
+        runtime.block_on(trace_command(&mut session, &args, target.as_deref()))?;
+    let lost = session.tracer.lost_events();
     let exit_code = exit_code_of(status);
     let mut err = io::stderr().lock();
     match args.format {
@@ -111,7 +101,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     // caller now (kernel/detach_after_exit.rs).
     err.flush()?;
     drop(err);
-    detach_after_exit(tracer);
+    detach_after_exit(session.tracer);
     Ok(exit_code)
 }
 
@@ -129,8 +119,7 @@ fn target_cgroup(
 }
 
 async fn trace_command(
-    tracer: &mut Tracer,
-    pipeline: &mut Pipeline,
+    session: &mut Session,
     args: &RunArgs,
     target: Option<&Path>,
 ) -> anyhow::Result<(ExitStatus, Report)> {
@@ -141,18 +130,9 @@ async fn trace_command(
         None => Vec::new(),
     };
     // Signals are ours before CMD starts, so none can end gpu-trace early.
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigquit = signal(SignalKind::quit())?;
-    // Our own process joins the followed tree just for the fork: the child
-    // is followed from its first instruction, with no race.
-    let me = std::process::id();
-    tracer.follow(me)?;
-    let spawned = tokio::process::Command::from(command).spawn();
-    tracer.unfollow(me)?;
+    let signals = Forwarded::take()?;
+    let child = spawn_followed(&mut session.tracer, command, &args.command[0])?;
     drop(cgroup_procs);
-    let mut child = spawned.map_err(|e| spawn_error(&args.command[0], e))?;
     let child_pid = child.id().context("the child has no pid")?;
     if let Some(dir) = target {
         // The directory may be a child cgroup the container named.
@@ -161,55 +141,84 @@ async fn trace_command(
             escape(&dir.to_string_lossy())
         );
     }
-
-    let mut ring = RingEvents::register(tracer)?;
-    let mut report = Report::default();
-    // How many it handed over (`limit`: more may wait; see Tracer::drain).
-    let paint = style::paints(&io::stderr());
-    let mut line = Vec::new();
-    let mut stream = |tracer: &mut Tracer, pipeline: &mut Pipeline, limit: usize| {
-        let mut err = io::stderr().lock();
-        tracer.drain(limit, |access| {
-            let record = pipeline.process(access);
-            if record.access.verdict.is_problem() && vendor_shown(&args.devices.vendors, &record) {
-                line.clear();
-                let _ = write_record(&mut line, args.format, paint, &record);
-                let _ = err.write_all(&line);
-                report.add(&record);
-            }
-        })
+    let mut command = RunningCommand {
+        child,
+        pid: child_pid,
+        signals,
     };
-
-    let mut ticks = interval(READ_EVERY);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut driver_majors = DriverMajorsOnTick::default();
+    let mut output = RunOutput::new(
+        args.format,
+        style::paints(&io::stderr()),
+        &args.devices.vendors,
+    );
     // A failed re-read must not end the trace while CMD runs (no report, no
     // signals forwarded): it is said once, and the majors stay as they are.
-    let mut follow_drivers = !args.devices.all_devices;
-    let status = loop {
-        tokio::select! {
-            due = ring.drain_due() => {
-                due?;
-                ring.before_drain().await;
-                ring.drained(stream(tracer, pipeline, DRAIN_BATCH));
-            }
-            _ = ticks.tick(), if follow_drivers => {
-                if let Err(e) = driver_majors.tick(tracer, &mut pipeline.enricher) {
-                    eprintln!("gpu-trace: {e:#}; drivers loaded from now on are not watched");
-                    follow_drivers = false;
-                }
-            }
-            status = child.wait() => break status?,
-            _ = sigint.recv() => forward(child_pid, Signal::SIGINT, true),
-            _ = sigterm.recv() => forward(child_pid, Signal::SIGTERM, false),
-            _ = sighup.recv() => forward(child_pid, Signal::SIGHUP, false),
-            _ = sigquit.recv() => forward(child_pid, Signal::SIGQUIT, true),
-        }
+    let drivers = if args.devices.all_devices {
+        FollowDrivers::No
+    } else {
+        FollowDrivers::WarnOnError
     };
     // Every access of the tree happened before its exit; what is still in
     // the ring buffer belongs to the run, and nothing of the tree adds to it.
-    stream(tracer, pipeline, usize::MAX);
-    Ok((status, report))
+    let status = event_loop(session, &mut output, &mut command, drivers).await?;
+    Ok((status, output.report))
+}
+
+/// Starts CMD followed by the tracer from its first instruction: our own
+/// process joins the followed tree just for the fork, so there is no race.
+fn spawn_followed(
+    tracer: &mut Tracer,
+    command: std::process::Command,
+    program: &OsString,
+) -> anyhow::Result<Child> {
+    let me = std::process::id();
+    tracer.follow(me)?;
+    let spawned = tokio::process::Command::from(command).spawn();
+    tracer.unfollow(me)?;
+    spawned.map_err(|e| spawn_error(program, e))
+}
+
+/// CMD while it runs: its exit ends the loop, and the signals gpu-trace
+/// gets meanwhile are passed on to it.
+struct RunningCommand {
+    child: Child,
+    pid: u32,
+    signals: Forwarded,
+}
+
+/// The signals passed on to CMD.
+struct Forwarded {
+    interrupt: UnixSignal,
+    terminate: UnixSignal,
+    hangup: UnixSignal,
+    quit: UnixSignal,
+}
+
+impl Forwarded {
+    fn take() -> io::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+        })
+    }
+}
+
+impl Controls<RunOutput<'_>> for RunningCommand {
+    type Outcome = ExitStatus;
+
+    async fn next(&mut self, _: &mut RunOutput<'_>) -> anyhow::Result<Step<ExitStatus>> {
+        let (pid, signals) = (self.pid, &mut self.signals);
+        tokio::select! {
+            status = self.child.wait() => return Ok(Step::Stop(status?)),
+            _ = signals.interrupt.recv() => forward(pid, Signal::SIGINT, true),
+            _ = signals.terminate.recv() => forward(pid, Signal::SIGTERM, false),
+            _ = signals.hangup.recv() => forward(pid, Signal::SIGHUP, false),
+            _ = signals.quit.recv() => forward(pid, Signal::SIGQUIT, true),
+        }
+        Ok(Step::Continue)
+    }
 }
 
 /// Passes a signal on to CMD. Keyboard signals (Ctrl-C, Ctrl-\) already

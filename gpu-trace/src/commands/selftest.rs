@@ -17,13 +17,12 @@ use anyhow::Context;
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{
-    analysis::pipeline::Pipeline,
     cgroup::resolver::CgroupResolver,
     cli::TracerArgs,
     host::{preflight::check_tracing_host, proc_devices::CharMajors},
     kernel::{
         open_route::{OpenRoute, OpensChoice},
-        tracer::{Tracer, TracerConfig},
+        tracer::TracerConfig,
     },
     model::{
         access::{OpenCall, Verdict},
@@ -39,6 +38,7 @@ use crate::{
         interrupt::{self, Made},
         run_probe, DeviceNodes, OpenMode, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy,
     },
+    stream::session::Session,
 };
 
 /// How long to wait for the tracer's events after the child has exited.
@@ -66,21 +66,21 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
     );
 
     let incident = Incident::set_up(&host.cgroup2_mount, uvm_standin)?;
-    let mut tracer = start_tracer(&host.cgroup2_mount, &args, uvm_standin)?;
+    let mut session = start_session(&host.cgroup2_mount, &args, uvm_standin, &majors)?;
     let child = incident.run_child()?;
-    let records = collect_records(&mut tracer, &host.cgroup2_mount, &majors, child.pid);
+    let records = collect_child_events(&mut session, child.pid, 2);
     print_records(&records);
 
     let expectations = incident.expectations(&child);
     print_table(&expectations, &records);
     let driver_present = majors.is_registered(NVIDIA_FRONTEND_MAJOR);
     let mut failures = incident.judge(&expectations, &records, child.pid, driver_present);
-    let lost = tracer.lost_events();
+    let lost = session.tracer.lost_events();
     if lost > 0 {
         failures.push(format!("{lost} events lost"));
     }
-    let results_traced = tracer.open_route() != OpenRoute::None;
-    drop(tracer);
+    let results_traced = session.tracer.open_route() != OpenRoute::None;
+    drop(session);
     drop(incident.policy);
     Ok(print_verdict(
         &failures,
@@ -185,12 +185,14 @@ impl Incident {
     }
 }
 
-/// Starts the tracer on both majors, reporting allowed accesses too.
-fn start_tracer(
+/// Starts the tracer on both majors, reporting allowed accesses too, and
+/// the same pipeline `watch` uses.
+fn start_session(
     cgroup2_mount: &Path,
     args: &TracerArgs,
     uvm_standin: u32,
-) -> anyhow::Result<Tracer> {
+    majors: &CharMajors,
+) -> anyhow::Result<Session> {
     let config = TracerConfig {
         majors: vec![NVIDIA_FRONTEND_MAJOR, uvm_standin],
         all_devices: false,
@@ -200,23 +202,12 @@ fn start_tracer(
         opens: args.opens_or(OpensChoice::Full),
         ..TracerConfig::default()
     };
-    let tracer = Tracer::start(cgroup2_mount, &config)?;
-    for line in hook_lines(&tracer, Hooks::All) {
+    let cgroups = CgroupResolver::new(cgroup2_mount);
+    let session = Session::start(cgroup2_mount, &config, cgroups, majors.clone())?;
+    for line in hook_lines(&session.tracer, Hooks::All) {
         println!("  {line}");
     }
-    Ok(tracer)
-}
-
-/// The child's two accesses, through the same pipeline `watch` uses.
-fn collect_records(
-    tracer: &mut Tracer,
-    cgroup2_mount: &Path,
-    majors: &CharMajors,
-    pid: u32,
-) -> Vec<Record> {
-    let cgroups = CgroupResolver::new(cgroup2_mount).with_cgroups_made(tracer.take_cgroup_paths());
-    let mut pipeline = Pipeline::new(cgroups, majors.clone());
-    collect_child_events(tracer, &mut pipeline, pid, 2)
+    Ok(session)
 }
 
 fn print_records(records: &[Record]) {
@@ -431,15 +422,11 @@ fn describe(record: &Record) -> String {
 }
 
 /// Reads events until `expected` of them come from `pid` or the deadline passes.
-fn collect_child_events(
-    tracer: &mut Tracer,
-    pipeline: &mut Pipeline,
-    pid: u32,
-    expected: usize,
-) -> Vec<Record> {
+fn collect_child_events(session: &mut Session, pid: u32, expected: usize) -> Vec<Record> {
     let deadline = Instant::now() + EVENT_DEADLINE;
     let mut records = Vec::new();
     while records.len() < expected && Instant::now() < deadline {
+        let Session { tracer, pipeline } = &mut *session;
         tracer.drain(usize::MAX, |access| {
             if access.pid == pid {
                 records.push(pipeline.process(access));

@@ -1,15 +1,20 @@
-//! The event loops of `watch` and `run`: waiting for the ring buffer, the
-//! drivers that come and go meanwhile, and what `watch` does with the
-//! records of a long run: narrow them down (filter), fold repeats, write
-//! them (sink) and count them (metrics).
+//! The second half of the data path: a `session` (tracer and pipeline),
+//! the one `event_loop` of `watch` and `run` (the ring buffer, the drivers
+//! that come and go meanwhile, the caller's own events), and where their
+//! records go: `watch`'s log (filter, fold, sink, metrics) and `run`'s
+//! problems and report.
 
 pub mod driver_majors;
+pub mod event_loop;
 pub mod filter;
 pub mod fold;
+pub mod log_output;
 pub mod metrics;
 pub mod metrics_format;
 pub mod metrics_server;
 pub mod open_route_upgrade;
 pub mod pacing;
 pub mod ring_events;
+pub mod run_output;
+pub mod session;
 pub mod sink;

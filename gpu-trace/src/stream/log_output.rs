@@ -1,0 +1,112 @@
+//! Where `watch`'s records go: counted, narrowed down (filter), folded,
+//! written to the sink; and what its once-a-second tick writes and drops.
+
+use std::io;
+
+use crate::{
+    model::record::Record,
+    render::output::{write_record, Format},
+    stream::{
+        filter::Filter,
+        fold::Folder,
+        metrics::Metrics,
+        session::{Output, Session},
+        sink::Sink,
+    },
+};
+
+/// Counts for the closing summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub events: u64,
+    pub denied: u64,
+    /// Of `events`, the repeats the kernel counted rather than sent.
+    pub folded_in_kernel: u64,
+}
+
+pub struct LogOutput<'a> {
+    pub filter: Filter,
+    pub folder: Folder,
+    pub sink: &'a mut Sink,
+    pub format: Format,
+    pub paint: bool,
+    pub metrics: Option<&'a Metrics>,
+    pub tally: Tally,
+}
+
+impl LogOutput<'_> {
+    fn write(&mut self, record: &Record) {
+        let _ = write_record(self.sink.line_buffer(), self.format, self.paint, record);
+    }
+
+    /// Writes out what was buffered, then carries on in a new file
+    /// (logrotate moved the old one away).
+    pub fn reopen(&mut self) -> anyhow::Result<()> {
+        self.flush()?;
+        if let Err(e) = self.sink.reopen() {
+            eprintln!(
+                "gpu-trace: reopening the output after SIGHUP: {e:#}; still writing to the old file"
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Output for LogOutput<'_> {
+    fn record(&mut self, record: Record, kernel_repeats: Option<u64>) {
+        let count = record.count;
+        self.tally.events += count;
+        self.tally.folded_in_kernel += kernel_repeats.unwrap_or(0);
+        if record.access.verdict.is_denied() {
+            self.tally.denied += count;
+        }
+        if let Some(metrics) = self.metrics {
+            metrics.observe(&record);
+        }
+        if !self.filter.accepts(&record) {
+            return;
+        }
+        let admitted = match kernel_repeats {
+            None => self.folder.admit(record),
+            Some(_) => self.folder.admit_repeats(record),
+        };
+        if let Some(record) = admitted {
+            self.write(&record);
+            if self.sink.batch_is_full() {
+                // A failure here (the output thread gone) comes back at the
+                // drain's own flush, which ends watch.
+                let _ = self.flush();
+            }
+        }
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        match self.sink.flush() {
+            // `gpu-trace watch | head` ends quietly.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(0),
+            other => Ok(other?),
+        }
+    }
+
+    /// Folds whose window closed are written; what was kept for cgroups
+    /// since removed is dropped; the lost count is published.
+    fn tick(&mut self, session: &mut Session) -> anyhow::Result<()> {
+        for record in self.folder.due(false) {
+            self.write(&record);
+        }
+        self.flush()?;
+        session.pipeline.maintain();
+        if let Some(metrics) = self.metrics {
+            metrics.set_lost(session.tracer.lost_events());
+        }
+        Ok(())
+    }
+
+    /// Every fold still open is written.
+    fn finish(&mut self) -> anyhow::Result<()> {
+        for record in self.folder.due(true) {
+            self.write(&record);
+        }
+        self.flush()
+    }
+}

@@ -32,7 +32,7 @@ fn parse_lines(text: &str) -> Vec<Value> {
 
 #[test]
 fn ten_thousand_identical_denials_fold_into_exact_counts() {
-    let Some(host) = kernel_test("ten_thousand_identical_denials_fold_into_exact_counts") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "fold");
@@ -95,7 +95,7 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
 
 #[test]
 fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
-    let Some(host) = kernel_test("sighup_reopens_the_output_file") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "rotate");
@@ -188,7 +188,7 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
 
 #[test]
 fn filters_narrow_the_stream() {
-    let Some(host) = kernel_test("filters_narrow_the_stream") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "filter-a");
@@ -289,7 +289,7 @@ fn filters_narrow_the_stream() {
 
 #[test]
 fn metrics_count_every_denial_over_http() {
-    let Some(host) = kernel_test("metrics_count_every_denial_over_http") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "metrics");
@@ -398,7 +398,7 @@ fn anon_rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
-    let Some(host) = kernel_test("soak_sustained_denials") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "soak");
@@ -476,7 +476,7 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
 
 #[test]
 fn containers_started_after_watch_are_covered_without_a_restart() {
-    let Some(host) = kernel_test("containers_started_after_watch") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let major = uvm_standin().to_string();
@@ -512,7 +512,7 @@ impl Drop for TinyFs {
 
 #[test]
 fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
-    let Some(host) = kernel_test("a_full_disk_is_reported_once") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "fulldisk");
@@ -588,7 +588,7 @@ fn summary_json(args: &[&str], stdin: &[u8]) -> Value {
 
 #[test]
 fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
-    let Some(host) = kernel_test("summary_adds_up_real_logs") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "summary");

@@ -8,13 +8,12 @@ use gpu_trace::scenario::{DeviceNodes, OpenMode, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::common::{
-    check_json_with, denied_open, kernel_test, scratch_cgroup, uvm_standin, Watcher,
+    check_json_with, denied_open, kernel_test, scratch_cgroup, test_name, uvm_standin, Watcher,
 };
 
 #[test]
 fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
-    let Some(host) = kernel_test("check_names_cdi_spec_entries_that_no_longer_match_the_host")
-    else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let major = uvm_standin();
@@ -81,7 +80,7 @@ fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
 
 #[test]
 fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
-    let Some(host) = kernel_test("watch_names_the_stale_cdi_spec_behind_a_denied_node") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let major = uvm_standin();

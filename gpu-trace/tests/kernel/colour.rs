@@ -15,7 +15,7 @@ use nix::{
     unistd::Pid,
 };
 
-use crate::common::{gpu_trace, kernel_test, Incident, WAIT};
+use crate::common::{gpu_trace, kernel_test, test_name, Incident, WAIT};
 
 /// What `script` typed out while `watch ARGS` saw one denied open of the
 /// incident's uvm node; `pty`: on a pseudo-terminal, else through a pipe.
@@ -103,7 +103,7 @@ fn watch_output(incident: &Incident, pty: bool, env: &[(&str, &str)], args: &[&s
 
 #[test]
 fn watch_colours_a_terminal_and_nothing_else() {
-    let Some(host) = kernel_test("watch_colours_a_terminal_and_nothing_else") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "colour");

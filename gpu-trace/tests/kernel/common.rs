@@ -44,6 +44,19 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// programs: mounted on a hybrid host, already there on a pure one.
 pub const PURE_CGROUP2: &str = "{ [ \"$(stat -f -c %T /sys/fs/cgroup)\" = cgroup2fs ] || mount -t cgroup2 cgroup2 /sys/fs/cgroup; }";
 
+/// The name of the test function this is written in, so that a test's
+/// name is written once (in its `fn`): the type name of an item declared
+/// inside it is the function's path plus the item.
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let function = path.strip_suffix("::here").unwrap_or(path);
+        function.rsplit("::").next().unwrap_or(function)
+    }};
+}
+pub(crate) use test_name;
+
 /// The host, or None (with the reason printed) when this test cannot run.
 pub fn kernel_test(name: &str) -> Option<Host> {
     match check_host() {

@@ -25,7 +25,7 @@ fn loaded_open_programs() -> Vec<String> {
 
 #[test]
 fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
-    let Some(host) = kernel_test("device_hook_only_reports_denied_opens_and_mknods") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "hook-only");
@@ -105,7 +105,7 @@ fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
 
 #[test]
 fn mknod_outside_open_calls_is_reported_with_its_path() {
-    let Some(host) = kernel_test("mknod_outside_open_calls_is_reported_with_its_path") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "mknod-path");

@@ -28,7 +28,7 @@ fn announcement(args: &[&str]) -> Vec<String> {
 
 #[test]
 fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
-    let Some(_host) = kernel_test("auto_picks_fexit_where_the_kernel_loads_it") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let fexit = fexit_loads();
@@ -71,7 +71,7 @@ fn loaded_syscall_tracepoint_programs() -> Vec<String> {
 
 #[test]
 fn auto_traces_open_calls_by_the_cheapest_route_that_sees_what_this_host_can_deny() {
-    let Some(_host) = kernel_test("auto_traces_open_calls_by_the_cheapest_route") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let fexit_opens = fexit_opens_load();
@@ -127,7 +127,7 @@ fn auto_traces_open_calls_by_the_cheapest_route_that_sees_what_this_host_can_den
 
 #[test]
 fn observer_takes_the_verdict_from_the_errno_where_the_kernel_has_no_bpf_get_retval() {
-    let Some(_host) = kernel_test("observer_takes_the_verdict_from_the_errno") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let stderr = announcement(&["--hook", "observer", "--format", "json"]);
@@ -176,7 +176,7 @@ fn hook_independent(mut event: Value) -> Value {
 
 #[test]
 fn every_device_hook_reports_the_same_events() {
-    let Some(host) = kernel_test("every_device_hook_reports_the_same_events") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let fexit = fexit_loads();

@@ -109,7 +109,7 @@ fn assert_terminal_safe(text: &str) {
 
 #[test]
 fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
-    let Some(host) = kernel_test("a_hostile_container_name_reaches_no_shell") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "hostile-names");
@@ -192,7 +192,7 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
 
 #[test]
 fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
-    let Some(host) = kernel_test("a_tenant_cannot_pass_for_another_container") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "hostile-flood");
@@ -297,7 +297,7 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
 
 #[test]
 fn metrics_series_are_capped_and_their_sum_exact() {
-    let Some(host) = kernel_test("metrics_series_are_capped") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "hostile-metrics");
@@ -349,7 +349,7 @@ fn metrics_series_are_capped_and_their_sum_exact() {
 
 #[test]
 fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
-    let Some(host) = kernel_test("our_own_observers_are_known") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "hostile-own");
@@ -390,7 +390,7 @@ fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
 
 #[test]
 fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
-    let Some(_host) = kernel_test("the_log_is_never_written_through_a_symlink") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
@@ -438,7 +438,7 @@ fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
 
 #[test]
 fn check_pid_reads_the_targets_dev_inside_its_root() {
-    let Some(_host) = kernel_test("check_pid_reads_the_targets_dev_inside_its_root") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     use nix::sys::stat::{makedev, mknod, Mode, SFlag};
@@ -504,7 +504,7 @@ fn check_pid_reads_the_targets_dev_inside_its_root() {
 
 #[test]
 fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
-    let Some(host) = kernel_test("idle_scrapers_neither_delay_events") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     const IDLE: usize = 1_000;
@@ -571,7 +571,7 @@ fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
 
 #[test]
 fn selftest_refuses_a_shared_tmpdir_and_leaves_nothing_when_interrupted() {
-    let Some(host) = kernel_test("selftest_refuses_a_shared_tmpdir") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     // A directory anyone may write to, without the sticky bit; and one a

@@ -23,7 +23,7 @@ use gpu_trace::{
 };
 use serde_json::Value;
 
-use crate::common::{check_json_with, kernel_test, Watcher, WAIT};
+use crate::common::{check_json_with, kernel_test, test_name, Watcher, WAIT};
 
 const FRONTEND: u32 = 195;
 
@@ -273,7 +273,7 @@ const GPU_PASSED_UVM_MOUNTED: [&str; 6] = [
 
 #[test]
 fn docker_uvm_denied_while_195_allowed_is_the_incident() {
-    let Some(lab) = lab_test("docker_uvm_denied_while_195_allowed_is_the_incident") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -332,7 +332,7 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
 
 #[test]
 fn a_driver_loaded_after_watch_started_is_watched() {
-    let Some(lab) = lab_test("a_driver_loaded_after_watch_started_is_watched") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     // The audit logger starts at boot; the NVIDIA modules load later.
@@ -361,7 +361,7 @@ fn a_driver_loaded_after_watch_started_is_watched() {
 
 #[test]
 fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
-    let Some(lab) = lab_test("daemon_reload_rewrites_a_patched_docker_containers_rules") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -462,7 +462,7 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
 
 #[test]
 fn docker_update_makes_runc_rewrite_a_patched_policy() {
-    let Some(lab) = lab_test("docker_update_makes_runc_rewrite_a_patched_policy") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -520,7 +520,7 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
 
 #[test]
 fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
-    let Some(lab) = lab_test("a_driver_reload_moves_the_uvm_major_and_strands_old_nodes") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let driver = Driver::load(&lab, &[]);
@@ -623,7 +623,7 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
 
 #[test]
 fn podman_and_systemd_denials_name_the_container_and_the_unit() {
-    let Some(lab) = lab_test("podman_and_systemd_denials_name_the_container_and_the_unit") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -719,7 +719,7 @@ fn service_denied(unit: &str, properties: &[&str], node: &str) {
 
 #[test]
 fn a_device_allow_name_the_driver_no_longer_has_is_named() {
-    let Some(lab) = lab_test("a_device_allow_name_the_driver_no_longer_has_is_named") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     // Driver 550: major 195 is "nvidia", no longer "nvidia-frontend".
@@ -747,7 +747,7 @@ fn a_device_allow_name_the_driver_no_longer_has_is_named() {
 
 #[test]
 fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
-    let Some(lab) = lab_test("a_slices_device_policy_is_named_as_the_ancestor_that_denies") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -794,7 +794,7 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
 
 #[test]
 fn podman_with_a_second_program_at_its_scope_is_stacked() {
-    let Some(lab) = lab_test("podman_with_a_second_program_at_its_scope_is_stacked") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -847,7 +847,7 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
 
 #[test]
 fn a_runtime_config_with_no_cgroups_is_named() {
-    let Some(lab) = lab_test("a_runtime_config_with_no_cgroups_is_named") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -887,7 +887,7 @@ fn a_runtime_config_with_no_cgroups_is_named() {
 
 #[test]
 fn an_apparmor_profile_that_refuses_the_node_is_named() {
-    let Some(lab) = lab_test("an_apparmor_profile_that_refuses_the_node_is_named") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &[]);
@@ -943,8 +943,7 @@ fn an_apparmor_profile_that_refuses_the_node_is_named() {
 
 #[test]
 fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
-    let Some(lab) = lab_test("the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean")
-    else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let unit_source = std::env::var("GPU_TRACE_LAB_UNIT").expect("GPU_TRACE_LAB_UNIT");
@@ -1026,9 +1025,7 @@ fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
 
 #[test]
 fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
-    let Some(lab) =
-        lab_test("an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major")
-    else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     // The rules as a Proxmox or LXC config hard-codes them: 195 and the
@@ -1078,7 +1075,7 @@ fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
 
 #[test]
 fn a_docker_container_denied_the_real_kfd_is_amds() {
-    let Some(lab) = lab_test("a_docker_container_denied_the_real_kfd_is_amds") else {
+    let Some(lab) = lab_test(test_name!()) else {
         return;
     };
     let _driver = Driver::load(&lab, &["kfd=1"]);

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use gpu_trace::host::preflight::{lockdown_in_force, LOCKDOWN};
 
-use crate::common::{check_json_with, gpu_trace, kernel_test, Incident};
+use crate::common::{check_json_with, gpu_trace, kernel_test, test_name, Incident};
 
 /// True when the kernel is in confidentiality lockdown; otherwise says why
 /// the test skips (or fails, where lockdown was expected).
@@ -31,7 +31,7 @@ fn locked_down(name: &str) -> bool {
 
 #[test]
 fn lockdown_is_one_line_that_says_what_still_works() {
-    let name = "lockdown_is_one_line_that_says_what_still_works";
+    let name = test_name!();
     let Some(host) = kernel_test(name) else {
         return;
     };

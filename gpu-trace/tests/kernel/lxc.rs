@@ -219,7 +219,7 @@ fn report_of(stderr: &str) -> Value {
 
 #[test]
 fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
-    let Some(_host) = lxc_test("run_traces_a_launch_inside_an_lxc_container") else {
+    let Some(_host) = lxc_test(test_name!()) else {
         return;
     };
     let (nodes, major) = stand_in_nodes();
@@ -286,7 +286,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
 
 #[test]
 fn run_with_container_reproduces_under_its_policy_from_the_host() {
-    let Some(host) = lxc_test("run_with_container_reproduces_under_its_policy") else {
+    let Some(host) = lxc_test(test_name!()) else {
         return;
     };
     let (nodes, major) = stand_in_nodes();

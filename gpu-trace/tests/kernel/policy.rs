@@ -150,7 +150,7 @@ fn generated_policy_against_the_kernel(
 
 #[test]
 fn evaluator_matches_the_kernel_for_a_generated_policy() {
-    let Some(host) = kernel_test("evaluator_matches_the_kernel_for_a_generated_policy") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let (cgroup, policy, read) = generated_policy_against_the_kernel(&host, "eval-generated");
@@ -169,7 +169,7 @@ fn evaluator_matches_the_kernel_for_a_generated_policy() {
 
 #[test]
 fn evaluator_matches_the_kernel_under_a_hardened_jit() {
-    let Some(host) = kernel_test("evaluator_matches_the_kernel_under_a_hardened_jit") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let _harden = JitHarden::set("2");
@@ -179,7 +179,7 @@ fn evaluator_matches_the_kernel_under_a_hardened_jit() {
 
 #[test]
 fn check_exits_2_on_a_bad_target() {
-    let Some(_host) = kernel_test("check_exits_2_on_a_bad_target") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let output = Command::new(gpu_trace())

@@ -82,7 +82,7 @@ fn probe_in_shell(probe_args: &[String], shell_tail: &str) -> Vec<String> {
 
 #[test]
 fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
-    let Some(host) = kernel_test("run_reports_the_denied_uvm_open") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "run-uvm");
@@ -153,7 +153,7 @@ fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
 
 #[test]
 fn run_follows_grandchildren_and_ignores_unrelated_processes() {
-    let Some(host) = kernel_test("run_follows_grandchildren") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "run-tree");
@@ -220,7 +220,7 @@ fn run_probe_in(incident: &Incident, ops: &[String]) -> Command {
 
 #[test]
 fn run_names_rules_rewritten_while_the_process_ran() {
-    let Some(host) = kernel_test("run_names_rules_rewritten") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let mut incident = Incident::new(&host, "run-rewrite");
@@ -263,7 +263,7 @@ fn run_names_rules_rewritten_while_the_process_ran() {
 
 #[test]
 fn run_names_a_stale_major_from_todays_proc_devices() {
-    let Some(host) = kernel_test("run_names_a_stale_major") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "run-stale");
@@ -307,7 +307,7 @@ fn run_names_a_stale_major_from_todays_proc_devices() {
 
 #[test]
 fn run_watches_a_driver_loaded_while_the_command_runs() {
-    let Some(host) = kernel_test("run_watches_a_driver_loaded_while_the_command_runs") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "run-late-driver");
@@ -377,7 +377,7 @@ fn run_watches_a_driver_loaded_while_the_command_runs() {
 
 #[test]
 fn run_names_a_missing_node() {
-    let Some(_host) = kernel_test("run_names_a_missing_node") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     if Path::new("/dev/nvidia-uvm").exists() {
@@ -408,7 +408,7 @@ fn run_names_a_missing_node() {
 
 #[test]
 fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
-    let Some(host) = kernel_test("run_reports_failed_opens_under_dev_nvidia") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "run-unwatched");
@@ -440,7 +440,7 @@ fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
 
 #[test]
 fn run_names_file_permissions_not_the_policy() {
-    let Some(_host) = kernel_test("run_names_file_permissions") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let node = DevNode::create(NVIDIA_FRONTEND_MAJOR, 250, 0o600);
@@ -471,8 +471,7 @@ fn run_names_file_permissions_not_the_policy() {
 
 #[test]
 fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
-    let Some(_host) = kernel_test("run_names_the_group_a_process_lacks_for_a_group_only_node")
-    else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     // crw-rw---- root:video (44), as a render node or a driver with
@@ -500,7 +499,7 @@ fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
 
 #[test]
 fn run_names_a_cgroup_v1_devices_list_denial() {
-    let Some(host) = kernel_test("run_names_a_cgroup_v1_devices_list_denial") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
@@ -551,7 +550,7 @@ fn run_names_a_cgroup_v1_devices_list_denial() {
 
 #[test]
 fn run_of_a_missing_command_exits_127() {
-    let Some(_host) = kernel_test("run_of_a_missing_command_exits_127") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let output = gpu_trace_run(&[], &["/nonexistent/gpu-trace-test-cmd".into()]);
@@ -598,8 +597,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
-    let Some(_host) = kernel_test("run_hands_back_the_status_and_its_programs_go_after_it_exits")
-    else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let before = crate::watch::gpu_trace_program_ids();
@@ -646,9 +644,7 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
 
 #[test]
 fn run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only() {
-    let Some(_host) =
-        kernel_test("run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only")
-    else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let made_dri = !Path::new("/dev/dri").exists();

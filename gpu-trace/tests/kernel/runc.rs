@@ -127,7 +127,7 @@ fn runc_test(name: &str) -> Option<gpu_trace::host::preflight::Host> {
 
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
-    let Some(host) = runc_test("evaluator_matches_the_kernel_for_runcs_cgroup2_program") else {
+    let Some(host) = runc_test(test_name!()) else {
         return;
     };
     let major = uvm_standin();
@@ -147,9 +147,7 @@ fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
 
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
-    let Some(host) =
-        runc_test("evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit")
-    else {
+    let Some(host) = runc_test(test_name!()) else {
         return;
     };
     let _harden = JitHarden::set("2");
@@ -167,7 +165,7 @@ fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
 
 #[test]
 fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
-    let Some(_host) = runc_test("devices_list_matches_the_kernel_for_runcs_v1_rules") else {
+    let Some(_host) = runc_test(test_name!()) else {
         return;
     };
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");

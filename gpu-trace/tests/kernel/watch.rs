@@ -30,7 +30,7 @@ use crate::common::*;
 
 #[test]
 fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
-    let Some(host) = kernel_test("denied_open_is_reported_once") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "denied");
@@ -107,7 +107,7 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
 
 #[test]
 fn a_32_bit_process_denied_is_reported_once_with_its_path() {
-    let Some(host) = kernel_test("a_32_bit_process_denied_is_reported_once") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let Some(open32) = c_program(
@@ -139,7 +139,7 @@ fn a_32_bit_process_denied_is_reported_once_with_its_path() {
 
 #[test]
 fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
-    let Some(host) = kernel_test("a_denied_open_by_io_urings_worker") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     // Before 5.12 io_uring's workers were kernel threads outside the
@@ -186,7 +186,7 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
 
 #[test]
 fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
-    let Some(host) = kernel_test("an_open_refused_by_file_mode_is_not_given") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "reuse");
@@ -293,7 +293,7 @@ fn the_one_denial_of(
 
 #[test]
 fn allowed_access_is_reported_only_with_all() {
-    let Some(host) = kernel_test("allowed_access_is_reported_only_with_all") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "allowed");
@@ -362,7 +362,7 @@ fn allowed_access_is_reported_only_with_all() {
 
 #[test]
 fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
-    let Some(host) = kernel_test("denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let Some(v1_devices) = v1_devices_mount("denial_by_cgroup_v1_devices_list") else {
@@ -401,7 +401,7 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
 
 #[test]
 fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() {
-    let Some(host) = kernel_test("auto_attaches_the_open_tracepoints_once_a_cgroup_v1") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let Some(v1_devices) = v1_devices_mount("auto_attaches_the_open_tracepoints") else {
@@ -482,7 +482,7 @@ fn denied_by_devices_deny(
 
 #[test]
 fn observer_never_changes_a_verdict() {
-    let Some(host) = kernel_test("observer_never_changes_a_verdict") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let denied_major = uvm_standin();
@@ -592,7 +592,7 @@ fn still_loaded_after_a_while(ours: &HashSet<u32>) -> HashSet<u32> {
 
 #[test]
 fn nothing_stays_attached_after_kill_9() {
-    let Some(_host) = kernel_test("nothing_stays_attached_after_kill_9") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     // The device hook with both halves of openat, openat2 and open; and,
@@ -626,7 +626,7 @@ fn nothing_stays_attached_after_kill_9() {
 
 #[test]
 fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
-    let Some(host) = kernel_test("watch_whose_reader_goes_away") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     use std::io::{BufRead, BufReader};
@@ -692,7 +692,7 @@ fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
 
 #[test]
 fn non_root_gets_exit_status_3_and_one_line() {
-    let Some(_host) = kernel_test("non_root_gets_exit_status_3_and_one_line") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     const NOBODY: u32 = 65534;
@@ -713,7 +713,7 @@ fn non_root_gets_exit_status_3_and_one_line() {
 
 #[test]
 fn selftest_passes() {
-    let Some(_host) = kernel_test("selftest_passes") else {
+    let Some(_host) = kernel_test(test_name!()) else {
         return;
     };
     let output = Command::new(gpu_trace())
@@ -733,7 +733,7 @@ fn selftest_passes() {
 
 #[test]
 fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
-    let Some(host) = kernel_test("a_cgroup_removed_before_its_denial_is_read") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let watcher = Watcher::start(&["--format", "json", "--major", &uvm_standin().to_string()]);
@@ -771,7 +771,7 @@ fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
 
 #[test]
 fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
-    let Some(host) = kernel_test("a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     // /proc/devices as on a ROCm host: kfd on a dynamic major. Watched by
@@ -831,7 +831,7 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
 
 #[test]
 fn a_watched_major_whose_driver_is_gone_is_reported_when_its_open_fails_enxio() {
-    let Some(host) = kernel_test("a_watched_major_whose_driver_is_gone_is_reported") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     // A GPU node of a major watched since before its driver went away (a
@@ -890,7 +890,7 @@ fn watched_at_ready(stderr: &[String]) -> Vec<u32> {
 
 #[test]
 fn watch_watches_a_driver_major_registered_after_start() {
-    let Some(host) = kernel_test("watch_watches_a_driver_major_registered_after_start") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     let incident = Incident::new(&host, "late-driver");
@@ -927,7 +927,7 @@ fn watch_watches_a_driver_major_registered_after_start() {
 
 #[test]
 fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
-    let Some(host) = kernel_test("watch_keeps_reporting_while_proc_devices_cannot_be_read") else {
+    let Some(host) = kernel_test(test_name!()) else {
         return;
     };
     // Bound over /proc/devices: text that is not the kernel's list.

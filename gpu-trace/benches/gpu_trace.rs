@@ -22,9 +22,8 @@ use std::{
 use gpu_trace::{
     cgroup::spawn::place_child_in,
     host::{mountinfo::cgroup2_mount, proc_devices::CharMajors},
-    scenario::{DeviceNodes, ScratchCgroup, ScratchPolicy},
+    scenario::incident::{Incident, UVM_NODE},
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -176,9 +175,8 @@ fn merged_into_earlier(path: &Path, fresh: Value, group: &str) -> Value {
 /// A scratch cgroup whose policy denies a stand-in nvidia-uvm major, and
 /// the files the workload opens.
 struct Scene {
-    cgroup: ScratchCgroup,
-    _policy: ScratchPolicy,
-    _nodes: DeviceNodes,
+    /// The incident's cgroup, policy and nodes, as selftest and the tests have them.
+    incident: Incident,
     denied_node: PathBuf,
     regular_file: PathBuf,
     major: u32,
@@ -193,25 +191,25 @@ impl Scene {
             .expect("/proc/devices")
             .unused_dynamic_major()
             .expect("free major");
-        let cgroup =
-            ScratchCgroup::create(&mount, &format!("gpu-trace-bench-{}", std::process::id()))
-                .expect("cgroup");
-        let policy = ScratchPolicy::attach(
-            &cgroup,
-            &[(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
+        let incident = Incident::set_up(
+            &mount,
+            &format!("gpu-trace-bench-{}", std::process::id()),
+            major,
+            |_| {},
         )
-        .expect("policy");
-        let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+        .expect("the incident in a scratch cgroup");
         let regular_file = work.join("regular");
         fs::write(&regular_file, "x").expect("regular file");
         Self {
-            denied_node: nodes.path("nvidia-uvm"),
-            cgroup,
-            _policy: policy,
-            _nodes: nodes,
+            denied_node: incident.node(UVM_NODE),
+            incident,
             regular_file,
             major,
         }
+    }
+
+    fn cgroup(&self) -> &Path {
+        self.incident.cgroup.path()
     }
 }
 
@@ -363,7 +361,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         targets.push((
             "denied watched node",
             &scene.denied_node,
-            Some(scene.cgroup.path()),
+            Some(scene.cgroup()),
         ));
     }
     let mut rows = Vec::new();
@@ -831,7 +829,7 @@ fn producers_of_denials(
                 c.arg(rate.to_string());
             }
             c.stdout(Stdio::piped());
-            let _procs = place_child_in(&mut c, &[scene.cgroup.path()]).expect("join cgroup");
+            let _procs = place_child_in(&mut c, &[scene.cgroup()]).expect("join cgroup");
             c.spawn().expect("producer")
         })
         .collect()
@@ -1162,15 +1160,14 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
         .find_map(|l| l.strip_prefix("0::"))
         .expect("cgroup2 line");
     let mount = scene
-        .cgroup
-        .path()
+        .cgroup()
         .parent()
         .expect("under the mount")
         .to_path_buf();
     let enter = |dir: &Path| fs::write(dir.join("cgroup.procs"), "0").expect("enter cgroup");
     // The bench process itself visits each cgroup: far cheaper than a
     // process per cgroup.
-    let tenant = scene.cgroup.path().join("tenant");
+    let tenant = scene.cgroup().join("tenant");
     fs::create_dir(&tenant).expect("tenant cgroup");
     let started = Instant::now();
     let mut dirs = Vec::with_capacity(count);
@@ -1198,7 +1195,7 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
         .arg((rate * seconds).to_string())
         .arg(rate.to_string())
         .stdout(Stdio::piped());
-    let _procs = place_child_in(&mut producer, &[scene.cgroup.path()]).expect("join cgroup");
+    let _procs = place_child_in(&mut producer, &[scene.cgroup()]).expect("join cgroup");
     let _ = producer.output().expect("producer");
     thread::sleep(Duration::from_millis(500));
 

@@ -14,7 +14,6 @@ use std::{
 };
 
 use anyhow::Context;
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{
     cgroup::resolver::CgroupResolver,
@@ -35,18 +34,14 @@ use crate::{
         output::{errno_name, write_human},
     },
     scenario::{
-        interrupt::{self, Made},
-        run_probe, DeviceNodes, OpenMode, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy,
+        incident::{Incident, GPU_NODE, UVM_NODE},
+        interrupt, ProbeOutcome,
     },
     stream::session::Session,
 };
 
 /// How long to wait for the tracer's events after the child has exited.
 const EVENT_DEADLINE: Duration = Duration::from_secs(3);
-
-/// The node the policy allows and the one it denies.
-const ALLOWED_NODE: &str = "nvidia0";
-const DENIED_NODE: &str = "nvidia-uvm";
 
 /// Returns Ok(true) on PASS, Ok(false) on FAIL (already explained).
 pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
@@ -65,16 +60,22 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
         host.cgroup2_mount.display()
     );
 
-    let incident = Incident::set_up(&host.cgroup2_mount, uvm_standin)?;
+    let incident = set_up(&host.cgroup2_mount, uvm_standin)?;
     let mut session = start_session(&host.cgroup2_mount, &args, uvm_standin, &majors)?;
-    let child = incident.run_child()?;
+    let child = run_child(&incident)?;
     let records = collect_child_events(&mut session, child.pid, 2);
     print_records(&records);
 
-    let expectations = incident.expectations(&child);
+    let expectations = expectations(&incident, &child);
     print_table(&expectations, &records);
     let driver_present = majors.is_registered(NVIDIA_FRONTEND_MAJOR);
-    let mut failures = incident.judge(&expectations, &records, child.pid, driver_present);
+    let mut failures = judge(
+        &incident,
+        &expectations,
+        &records,
+        child.pid,
+        driver_present,
+    );
     let lost = session.tracer.lost_events();
     if lost > 0 {
         failures.push(format!("{lost} events lost"));
@@ -90,99 +91,80 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
     ))
 }
 
-/// The scratch cgroup, its device policy and the two nodes to open.
-struct Incident {
-    // Declared in drop order: the policy detaches before the cgroup goes.
-    policy: ScratchPolicy,
-    nodes: DeviceNodes,
-    cgroup: ScratchCgroup,
-    uvm_standin: u32,
+/// The incident in a scratch cgroup, said as it is made; an interrupt
+/// removes what was made.
+fn set_up(cgroup2_mount: &Path, uvm_standin: u32) -> anyhow::Result<Incident> {
+    let frontend = NVIDIA_FRONTEND_MAJOR;
+    let incident = Incident::set_up(
+        cgroup2_mount,
+        &format!("gpu-trace-selftest-{}", process::id()),
+        uvm_standin,
+        interrupt::register,
+    )?;
+    println!(
+        "  scratch cgroup {} with device policy prog {}: allows c {frontend}:*, denies c {uvm_standin}:* rwm",
+        incident.cgroup.path().display(),
+        incident
+            .policy
+            .program_id()
+            .map_or("?".into(), |id| id.to_string()),
+    );
+    println!(
+        "  device nodes in {}: nvidia0 = c {frontend}:0, nvidia-uvm = c {uvm_standin}:0 (stand-in for the dynamic uvm major)",
+        incident.nodes.dir().display()
+    );
+    Ok(incident)
 }
 
-impl Incident {
-    fn set_up(cgroup2_mount: &Path, uvm_standin: u32) -> anyhow::Result<Self> {
-        let frontend = NVIDIA_FRONTEND_MAJOR;
-        let cgroup = ScratchCgroup::create(
-            cgroup2_mount,
-            &format!("gpu-trace-selftest-{}", process::id()),
-        )?;
-        interrupt::register(Made::Cgroup(cgroup.path().to_path_buf()));
-        let policy = ScratchPolicy::attach(
-            &cgroup,
-            &[(uvm_standin, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
-        )?;
-        println!(
-            "  scratch cgroup {} with device policy prog {}: allows c {frontend}:*, denies c {uvm_standin}:* rwm",
-            cgroup.path().display(),
-            policy.program_id().map_or("?".into(), |id| id.to_string()),
-        );
-        let nodes =
-            DeviceNodes::create(&[(ALLOWED_NODE, frontend, 0), (DENIED_NODE, uvm_standin, 0)])?;
-        interrupt::register(Made::Dir(nodes.dir().to_path_buf()));
-        println!(
-            "  device nodes in {}: nvidia0 = c {frontend}:0, nvidia-uvm = c {uvm_standin}:0 (stand-in for the dynamic uvm major)",
-            nodes.dir().display()
-        );
-        Ok(Self {
-            policy,
-            nodes,
-            cgroup,
-            uvm_standin,
+/// The nodes the child opens, in order: one the policy allows, one it denies.
+const OPENED: [&str; 2] = [GPU_NODE, UVM_NODE];
+
+/// Runs a child in the scratch cgroup that opens both nodes.
+fn run_child(incident: &Incident) -> anyhow::Result<ProbeOutcome> {
+    let exe = std::env::current_exe().context("finding gpu-trace's own executable")?;
+    let child = incident.open_in_cgroup(&exe, &OPENED)?;
+    println!(
+        "  child pid {} in the scratch cgroup opened both nodes O_RDWR",
+        child.pid
+    );
+    Ok(child)
+}
+
+/// What each node should have given, in the order the child opened them.
+fn expectations(incident: &Incident, child: &ProbeOutcome) -> [Expect; 2] {
+    [
+        Expect {
+            node: incident.node(GPU_NODE),
+            major: NVIDIA_FRONTEND_MAJOR,
+            child_errno: child.results[0],
+            denied: false,
+        },
+        Expect {
+            node: incident.node(UVM_NODE),
+            major: incident.uvm_major,
+            child_errno: child.results[1],
+            denied: true,
+        },
+    ]
+}
+
+/// Everything the child or the tracer got wrong; empty on PASS.
+fn judge(
+    incident: &Incident,
+    expectations: &[Expect],
+    records: &[Record],
+    pid: u32,
+    driver_present: bool,
+) -> Vec<String> {
+    let mut failures: Vec<String> = expectations
+        .iter()
+        .flat_map(|expect| {
+            let caught = expect.caught(records);
+            expect.check(caught, incident.cgroup.relative_path(), pid, driver_present)
         })
-    }
-
-    /// Runs a child in the scratch cgroup that opens both nodes.
-    fn run_child(&self) -> anyhow::Result<ProbeOutcome> {
-        let open = |name| ProbeOp::Open {
-            path: self.nodes.path(name),
-            mode: OpenMode::ReadWrite,
-        };
-        let ops = [open(ALLOWED_NODE), open(DENIED_NODE)];
-        let exe = std::env::current_exe().context("finding gpu-trace's own executable")?;
-        let child = run_probe(&exe, &[&self.cgroup], &ops)?;
-        println!(
-            "  child pid {} in the scratch cgroup opened both nodes O_RDWR",
-            child.pid
-        );
-        Ok(child)
-    }
-
-    /// What each node should have given, in the order the child opened them.
-    fn expectations(&self, child: &ProbeOutcome) -> [Expect; 2] {
-        [
-            Expect {
-                node: self.nodes.path(ALLOWED_NODE),
-                major: NVIDIA_FRONTEND_MAJOR,
-                child_errno: child.results[0],
-                denied: false,
-            },
-            Expect {
-                node: self.nodes.path(DENIED_NODE),
-                major: self.uvm_standin,
-                child_errno: child.results[1],
-                denied: true,
-            },
-        ]
-    }
-
-    /// Everything the child or the tracer got wrong; empty on PASS.
-    fn judge(
-        &self,
-        expectations: &[Expect],
-        records: &[Record],
-        pid: u32,
-        driver_present: bool,
-    ) -> Vec<String> {
-        let mut failures: Vec<String> = expectations
-            .iter()
-            .flat_map(|expect| {
-                let caught = expect.caught(records);
-                expect.check(caught, self.cgroup.relative_path(), pid, driver_present)
-            })
-            .collect();
-        failures.extend(misattribution(records, self.policy.program_id()));
-        failures
-    }
+        .collect();
+    failures.extend(misattribution(records, incident.policy.program_id()));
+    failures
 }
 
 /// Starts the tracer on both majors, reporting allowed accesses too, and

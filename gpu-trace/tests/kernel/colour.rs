@@ -15,7 +15,7 @@ use nix::{
     unistd::Pid,
 };
 
-use crate::common::{gpu_trace, kernel_test, test_name, Incident, WAIT};
+use crate::common::{gpu_trace, kernel_test, test_name, Incident, IncidentInTests, WAIT};
 
 /// What `script` typed out while `watch ARGS` saw one denied open of the
 /// incident's uvm node; `pty`: on a pseudo-terminal, else through a pipe.

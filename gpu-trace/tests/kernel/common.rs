@@ -17,10 +17,9 @@ use gpu_trace::{
         preflight::{check_host, Host},
         proc_devices::CharMajors,
     },
-    model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy},
+    scenario::{incident::UVM_NODE, OpenMode, ProbeOp, ScratchCgroup},
 };
-use gpu_trace_common::{program, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use gpu_trace_common::program;
 use nix::{
     sys::signal::{kill, Signal},
     unistd::Pid,
@@ -253,54 +252,32 @@ impl Drop for Watcher {
     }
 }
 
-/// The incident's pieces: a cgroup whose policy denies the uvm stand-in
-/// (rwm) and allows everything else, and one node of each kind.
-pub struct Incident {
-    pub nodes: DeviceNodes,
-    pub policy: ScratchPolicy,
-    pub cgroup: ScratchCgroup,
-    pub uvm_major: u32,
-}
+pub use gpu_trace::scenario::incident::Incident;
 
-impl Incident {
-    pub fn new(host: &Host, test: &str) -> Self {
-        let uvm_major = uvm_standin();
-        let cgroup = scratch_cgroup(host, test);
-        let policy = ScratchPolicy::attach(
-            &cgroup,
-            &[(uvm_major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
-        )
-        .expect("attach deny policy to scratch cgroup");
-        let nodes = DeviceNodes::create(&[
-            ("nvidia-uvm", uvm_major, 0),
-            ("nvidia0", NVIDIA_FRONTEND_MAJOR, 0),
-            ("nvidiactl", NVIDIA_FRONTEND_MAJOR, 255),
-        ])
-        .expect("mknod device nodes");
-        Self {
-            nodes,
-            policy,
-            cgroup,
-            uvm_major,
-        }
-    }
-
-    pub fn open_rw(&self, node: &str) -> ProbeOp {
-        ProbeOp::Open {
-            path: self.nodes.path(node),
-            mode: OpenMode::ReadWrite,
-        }
-    }
-
+/// The incident as the kernel tests set it up: in a scratch cgroup named
+/// after the test.
+pub trait IncidentInTests {
+    fn new(host: &Host, test: &str) -> Self;
     /// One open of the uvm node from inside the cgroup, which the policy
     /// denies (asserted); returns the probe's pid.
-    pub fn deny_once(&self) -> u32 {
-        let probe = gpu_trace::scenario::run_probe(
-            std::path::Path::new(gpu_trace()),
-            &[&self.cgroup],
-            &[self.open_rw("nvidia-uvm")],
+    fn deny_once(&self) -> u32;
+}
+
+impl IncidentInTests for Incident {
+    fn new(host: &Host, test: &str) -> Self {
+        Incident::set_up(
+            &host.cgroup2_mount,
+            &format!("gpu-trace-test-{test}-{}", std::process::id()),
+            uvm_standin(),
+            |_| {},
         )
-        .expect("run probe in scratch cgroup");
+        .expect("set up the incident in a scratch cgroup")
+    }
+
+    fn deny_once(&self) -> u32 {
+        let probe = self
+            .open_in_cgroup(std::path::Path::new(gpu_trace()), &[UVM_NODE])
+            .expect("run probe in scratch cgroup");
         assert_eq!(probe.results, [libc::EPERM]);
         probe.pid
     }

@@ -9,7 +9,9 @@ use std::process::Command;
 
 use gpu_trace::host::preflight::{lockdown_in_force, LOCKDOWN};
 
-use crate::common::{check_json_with, gpu_trace, kernel_test, test_name, Incident};
+use crate::common::{
+    check_json_with, gpu_trace, kernel_test, test_name, Incident, IncidentInTests,
+};
 
 /// True when the kernel is in confidentiality lockdown; otherwise says why
 /// the test skips (or fails, where lockdown was expected).

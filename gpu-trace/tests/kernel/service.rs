@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use crate::common::{gpu_trace, kernel_test, test_name, Incident, Watcher};
+use crate::common::{gpu_trace, kernel_test, test_name, Incident, IncidentInTests, Watcher};
 
 const UNIT: &str = include_str!("../../../contrib/gpu-trace.service");
 

@@ -160,7 +160,7 @@ async fn trace_command(
     };
     // Every access of the tree happened before its exit; what is still in
     // the ring buffer belongs to the run, and nothing of the tree adds to it.
-    let status = event_loop(session, &mut output, &mut command, drivers).await?;
+    let status = event_loop(session, &mut output, &mut command, drivers, |_| {}).await?;
     Ok((status, output.report))
 }
 

@@ -68,10 +68,11 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         if let (Some(metrics), Some(addr)) = (output.metrics, args.metrics) {
             metrics.serve(addr)?;
         }
-        // "ready" only once the signals are ours: a script that stops us
-        // right after it must get the clean detach and the summary.
-        announce(&session.tracer, &config);
-        event_loop(&mut session, &mut output, &mut signals, drivers).await
+        // "ready" only once the signals are ours (a script that stops us
+        // right after it must get the clean detach and the summary), and
+        // the loop watches what it waits on.
+        let ready = |session: &Session| announce(&session.tracer, &config);
+        event_loop(&mut session, &mut output, &mut signals, drivers, ready).await
     })?;
     let tally = output.tally;
     sink.finish(); // every line written before the counts are read

@@ -47,14 +47,19 @@ pub enum FollowDrivers {
     WarnOnError,
 }
 
+/// `ready` is called once everything the loop waits on is registered: a
+/// change it is told of from then on is seen (a v1 devices cgroup made
+/// right after watch's "ready" line, say).
 pub async fn event_loop<O: Output, C: Controls<O>>(
     session: &mut Session,
     output: &mut O,
     controls: &mut C,
     drivers: FollowDrivers,
+    ready: impl FnOnce(&Session),
 ) -> anyhow::Result<C::Outcome> {
     let mut ring = RingEvents::register(&session.tracer)?;
     let mut upgrade = OpenRouteUpgrade::register(&mut session.tracer)?;
+    ready(session);
     let mut ticks = interval(READ_EVERY);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut driver_majors = DriverMajorsOnTick::default();

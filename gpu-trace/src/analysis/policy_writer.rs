@@ -127,8 +127,8 @@ fn work_out(
             None,
         );
     }
-    let engine_runs_it =
-        runtime::of(container.runtime).oci_engine() && attached_at.starts_with(&container.cgroup);
+    let engine_runs_it = runtime::of(container.runtime).engine().is_some()
+        && attached_at.starts_with(&container.cgroup);
     if name.is_empty() && engine_runs_it {
         if let Some((manager, process)) = runtime() {
             let evidence = format!(

@@ -3,10 +3,7 @@
 
 use crate::{
     model::container::{Container, Runtime},
-    runtime::{
-        containerd::{kubernetes_allow, ROCM_PLUGIN},
-        oci_engine, ContainerRuntime, DeviceToAllow, PathStep,
-    },
+    runtime::{oci_engine::kubernetes_allow, ContainerRuntime, DeviceToAllow, Engine, PathStep},
 };
 
 pub struct Crio;
@@ -20,23 +17,11 @@ impl ContainerRuntime for Crio {
         step.scope_id("crio-").map(str::to_string)
     }
 
-    fn label(&self, id: &str) -> String {
-        oci_engine::label(self.runtime(), id)
-    }
-
-    fn oci_engine(&self) -> bool {
-        true
+    fn engine(&self) -> Option<Engine> {
+        Some(Engine::Kubernetes)
     }
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
         kubernetes_allow(device)
-    }
-
-    fn keep_rules(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
-        oci_engine::keep_rules()
-    }
-
-    fn allow_rocm(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
-        vec![ROCM_PLUGIN.to_string()]
     }
 }

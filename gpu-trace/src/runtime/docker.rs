@@ -6,7 +6,7 @@ use std::fs;
 use crate::{
     model::container::{Container, Runtime},
     runtime::{
-        is_full_container_id, oci_engine, ContainerRuntime, DeviceToAllow, NameSources, PathStep,
+        is_full_container_id, ContainerRuntime, DeviceToAllow, Engine, NameSources, PathStep,
         NODE_PATH,
     },
     text::shell_word::command_word,
@@ -38,12 +38,8 @@ impl ContainerRuntime for Docker {
         docker_name(&config)
     }
 
-    fn label(&self, id: &str) -> String {
-        oci_engine::label(self.runtime(), id)
-    }
-
-    fn oci_engine(&self) -> bool {
-        true
+    fn engine(&self) -> Option<Engine> {
+        Some(Engine::CommandLine)
     }
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
@@ -53,18 +49,7 @@ impl ContainerRuntime for Docker {
             device.major
         )]
     }
-
-    fn keep_rules(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
-        oci_engine::keep_rules()
-    }
-
-    fn allow_rocm(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
-        vec![ROCM_DEVICES.to_string()]
-    }
 }
-
-/// ROCm opens /dev/kfd and the render nodes; Docker and podman pass both alike.
-pub(super) const ROCM_DEVICES: &str = "recreate the container with `--device /dev/kfd --device /dev/dri` (ROCm opens both), and `--group-add video --group-add render` where the nodes are not world-accessible";
 
 /// "Name" from Docker's config.v2.json ("/web" -> "web").
 fn docker_name(config: &str) -> Option<String> {

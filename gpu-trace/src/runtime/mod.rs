@@ -15,7 +15,7 @@ mod podman;
 mod systemd;
 
 pub use name_sources::NameSources;
-pub use oci_engine::is_full_container_id;
+pub use oci_engine::{is_full_container_id, Engine};
 
 use crate::model::container::{Container, Runtime};
 
@@ -76,19 +76,25 @@ pub trait ContainerRuntime: Sync {
         None
     }
 
+    /// The engine that drives an OCI runtime (runc, crun) to write its
+    /// device policies, with NVIDIA's hook adding the GPUs; None for the
+    /// runtimes that write their own.
+    fn engine(&self) -> Option<Engine> {
+        None
+    }
+
     /// "ct 200", "docker 3f2a9c1b0d4e": how prose names it (its name, when
     /// it has another, is added after).
-    fn label(&self, id: &str) -> String;
+    fn label(&self, id: &str) -> String {
+        match self.engine() {
+            Some(_) => oci_engine::label(self.runtime(), id),
+            None => format!("{} {id}", self.runtime().label()),
+        }
+    }
 
     /// Whether it is a container at all (a plain cgroup is not).
     fn is_container(&self) -> bool {
         true
-    }
-
-    /// Whether an engine drives an OCI runtime (runc, crun) to write its
-    /// device policies, with NVIDIA's hook adding the GPUs.
-    fn oci_engine(&self) -> bool {
-        false
     }
 
     /// How to allow `device` (and see its node) in this runtime.
@@ -97,12 +103,18 @@ pub trait ContainerRuntime: Sync {
     /// What keeps the rules of a running container from being rewritten
     /// (systemd's reload, runc after an update).
     fn keep_rules(&self, container: &Container, device: &DeviceToAllow) -> Vec<String> {
-        self.allow_device(container, device)
+        match self.engine() {
+            Some(_) => oci_engine::keep_rules(),
+            None => self.allow_device(container, device),
+        }
     }
 
     /// How to allow ROCm: its compute node `kfd` and the render nodes.
     fn allow_rocm(&self, container: &Container, kfd: &DeviceToAllow) -> Vec<String> {
-        self.allow_device(container, kfd)
+        match self.engine() {
+            Some(engine) => vec![engine.rocm().to_string()],
+            None => self.allow_device(container, kfd),
+        }
     }
 }
 

@@ -1,8 +1,36 @@
 //! What the engines that drive an OCI runtime share (Docker, containerd,
-//! CRI-O, podman): their id format, how prose shows the id, and what keeps
-//! a running container's device rules.
+//! CRI-O, podman): their id format, how prose shows the id, what keeps a
+//! running container's device rules, and how devices reach a container.
 
-use crate::model::container::Runtime;
+use crate::{model::container::Runtime, runtime::DeviceToAllow};
+
+/// How devices reach an engine's containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Started by hand (`docker run`, `podman run`): devices are flags.
+    CommandLine,
+    /// Started by Kubernetes through CRI: devices come from device plugins
+    /// or CDI, not from rules written by hand.
+    Kubernetes,
+}
+
+impl Engine {
+    /// How to give a container ROCm's compute node and render nodes.
+    pub fn rocm(self) -> &'static str {
+        match self {
+            Engine::CommandLine => "recreate the container with `--device /dev/kfd --device /dev/dri` (ROCm opens both), and `--group-add video --group-add render` where the nodes are not world-accessible",
+            Engine::Kubernetes => "request GPUs through AMD's ROCm device plugin (resources: amd.com/gpu), which passes /dev/kfd and the render nodes",
+        }
+    }
+}
+
+/// Under Kubernetes: the device plugin or CDI (containerd and CRI-O alike).
+pub(super) fn kubernetes_allow(device: &DeviceToAllow) -> Vec<String> {
+    vec![
+        "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
+        format!("the node must be allowed as c {}:* rw in the container's device rules", device.major),
+    ]
+}
 
 /// The ids Docker, containerd, CRI-O and podman give: 64 lowercase hex digits.
 pub fn is_full_container_id(text: &str) -> bool {

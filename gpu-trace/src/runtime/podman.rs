@@ -5,10 +5,7 @@ use std::fs;
 
 use crate::{
     model::container::{Container, Runtime},
-    runtime::{
-        docker::ROCM_DEVICES, oci_engine, ContainerRuntime, DeviceToAllow, NameSources, PathStep,
-        NODE_PATH,
-    },
+    runtime::{ContainerRuntime, DeviceToAllow, Engine, NameSources, PathStep, NODE_PATH},
     text::shell_word::command_word,
 };
 
@@ -29,12 +26,8 @@ impl ContainerRuntime for Podman {
         podman_name(&list, id)
     }
 
-    fn label(&self, id: &str) -> String {
-        oci_engine::label(self.runtime(), id)
-    }
-
-    fn oci_engine(&self) -> bool {
-        true
+    fn engine(&self) -> Option<Engine> {
+        Some(Engine::CommandLine)
     }
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
@@ -42,14 +35,6 @@ impl ContainerRuntime for Podman {
             "recreate the container with `--device {}` (or, with CDI specs, `--device nvidia.com/gpu=all`)",
             command_word(device.path, NODE_PATH)
         )]
-    }
-
-    fn keep_rules(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
-        oci_engine::keep_rules()
-    }
-
-    fn allow_rocm(&self, _: &Container, _: &DeviceToAllow) -> Vec<String> {
-        vec![ROCM_DEVICES.to_string()]
     }
 }
 

@@ -118,7 +118,10 @@ mod tests {
     use super::Diagnoser;
     use crate::{
         analysis::{
-            diagnose::{host::NodeGroup, testing::DOCKER_SCOPE},
+            diagnose::{
+                host::NodeGroup,
+                testing::{denied, DOCKER_SCOPE},
+            },
             test_support::{record, PROC_DEVICES},
         },
         cgroup::first_process::FirstProcess,
@@ -135,14 +138,7 @@ mod tests {
         let mut d = Diagnoser::default();
         // The same denial, first without the cgroup's start, then with a
         // start long before the program was written.
-        let mut denied = record(
-            DOCKER_SCOPE,
-            "/dev/nvidia0",
-            195,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut denied = denied(DOCKER_SCOPE, "/dev/nvidia0", 195, 0);
         denied.denied_by = Some(Rc::new(Rendered::new(DeniedBy::Program {
             id: 4120,
             name: "sd_devices".into(),

@@ -4,9 +4,13 @@
 use std::rc::Rc;
 
 use crate::{
-    analysis::{diagnose::Diagnoser, test_support::PROC_DEVICES},
+    analysis::{
+        diagnose::Diagnoser,
+        test_support::{record, PROC_DEVICES},
+    },
     host::proc_devices::CharMajors,
     model::{
+        access::Verdict,
         denied_by::DeniedBy,
         diagnosis::Diagnosis,
         policy_writer::{Manager, PolicyWriter},
@@ -27,6 +31,18 @@ pub const HOSTILE: [&str; 4] = [
     "a'b`echo>pwned`",
     "-n$(echo>pwned)",
 ];
+
+/// An open of `path` (c major:minor) from `cgroup` that a BPF policy denied.
+pub fn denied(cgroup: &str, path: &str, major: u32, minor: u32) -> Record {
+    record(
+        cgroup,
+        path,
+        major,
+        minor,
+        Verdict::DeniedByBpfPolicy,
+        -libc::EPERM,
+    )
+}
 
 pub fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
     d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0, None, None)

@@ -68,23 +68,13 @@ fn is_strict_ancestor(ancestor: &str, cgroup: &str) -> bool {
 mod tests {
     use super::is_strict_ancestor;
     use crate::{
-        analysis::{
-            diagnose::testing::{assert_has, by_program, diagnosis_of},
-            test_support::record,
-        },
-        model::{access::Verdict, diagnosis::Cause, policy_writer::Manager},
+        analysis::diagnose::testing::{assert_has, by_program, denied, diagnosis_of},
+        model::{diagnosis::Cause, policy_writer::Manager},
     };
 
     #[test]
     fn a_slices_program_is_an_ancestor_policy() {
-        let mut r = record(
-            "/gpu.slice/job.scope",
-            "/dev/nvidia-uvm",
-            509,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied("/gpu.slice/job.scope", "/dev/nvidia-uvm", 509, 0);
         r.denied_by = Some(by_program("/gpu.slice", Manager::Systemd));
         let diag = diagnosis_of(&r);
         assert_eq!(diag.cause, Cause::AncestorPolicy);

@@ -72,27 +72,17 @@ mod tests {
     use std::rc::Rc;
 
     use crate::{
-        analysis::{
-            diagnose::{
-                testing::{assert_has, by_program},
-                Diagnoser,
-            },
-            test_support::record,
+        analysis::diagnose::{
+            testing::{assert_has, by_program, denied},
+            Diagnoser,
         },
         host::proc_devices::CharMajors,
-        model::{access::Verdict, diagnosis::Cause, policy_writer::Manager},
+        model::{diagnosis::Cause, policy_writer::Manager},
     };
 
     #[test]
     fn a_device_allow_name_no_driver_has_is_named_with_todays_name() {
-        let mut r = record(
-            "/system.slice/cuda-job.service",
-            "/dev/nvidiactl",
-            195,
-            255,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied("/system.slice/cuda-job.service", "/dev/nvidiactl", 195, 255);
         r.driver = Some("nvidia".into());
         r.denied_by = Some(by_program(
             "/system.slice/cuda-job.service",

@@ -29,25 +29,15 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use crate::{
-        analysis::{
-            diagnose::testing::{assert_has, diagnosis_of, HOSTILE},
-            test_support::record,
-        },
-        model::{access::Verdict, diagnosis::Cause},
+        analysis::diagnose::testing::{assert_has, denied, diagnosis_of, HOSTILE},
+        model::diagnosis::Cause,
         scenario::pasted::assert_paste_safe,
     };
 
     #[test]
     fn rules_by_name_use_the_name_proc_devices_gives_today() {
         // Driver 550 and later register major 195 as "nvidia".
-        let mut r = record(
-            "/system.slice/cuda-job.service",
-            "/dev/nvidiactl",
-            195,
-            255,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied("/system.slice/cuda-job.service", "/dev/nvidiactl", 195, 255);
         r.driver = Some("nvidia".into());
         let diag = diagnosis_of(&r);
         assert_eq!(diag.cause, Cause::DeviceDenied);
@@ -64,13 +54,11 @@ mod tests {
         for name in HOSTILE {
             // A device with no NVIDIA node: the --device hint names the path.
             let path = format!("/tmp/{name}/card");
-            let mut other = record(
+            let mut other = denied(
                 "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
                 &path,
                 226,
                 0,
-                Verdict::DeniedByBpfPolicy,
-                -libc::EPERM,
             );
             other.node = None;
             let diag = diagnosis_of(&other);

@@ -79,7 +79,7 @@ mod tests {
     use crate::{
         analysis::{
             diagnose::{
-                testing::{assert_has, diagnose, diagnosis_of, DOCKER_SCOPE, HOSTILE},
+                testing::{assert_has, denied, diagnose, diagnosis_of, DOCKER_SCOPE, HOSTILE},
                 Diagnoser,
             },
             test_support::record,
@@ -94,14 +94,7 @@ mod tests {
         let mut d = Diagnoser::default();
         let ctl = record("/lxc/200", "/dev/nvidiactl", 195, 255, Verdict::Allowed, 3);
         assert!(diagnose(&mut d, &ctl).is_none());
-        let uvm = record(
-            "/lxc/200",
-            "/dev/nvidia-uvm",
-            509,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let uvm = denied("/lxc/200", "/dev/nvidia-uvm", 509, 0);
         let diag = diagnose(&mut d, &uvm).expect("a diagnosis");
         assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
         assert!(
@@ -121,14 +114,7 @@ mod tests {
     fn stand_in_major_with_no_driver_is_named_by_its_path() {
         let mut d = Diagnoser::default();
         let majors = CharMajors::parse("Character devices:\n  1 mem\n");
-        let mut r = record(
-            "/lxc.payload.box",
-            "/tmp/n/nvidia-uvm",
-            511,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -1,
-        );
+        let mut r = denied("/lxc.payload.box", "/tmp/n/nvidia-uvm", 511, 0);
         r.driver = None;
         let diag = d.diagnose(&r, &majors, 1, None, None).expect("diagnosis");
         assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
@@ -140,14 +126,7 @@ mod tests {
 
     #[test]
     fn kfd_denied_names_its_dynamic_major_and_rocms_fixes() {
-        let mut r = record(
-            "/lxc/300",
-            "/dev/kfd",
-            511,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied("/lxc/300", "/dev/kfd", 511, 0);
         r.node = None;
         r.driver = Some("kfd".into());
         r.device = Some("kfd".into());
@@ -159,14 +138,7 @@ mod tests {
         );
         assert_has(&diag.hint, "lxc.cgroup2.devices.allow: c 511:* rwm");
         assert_has(&diag.hint, "c 226:* rwm");
-        let mut r = record(
-            DOCKER_SCOPE,
-            "/dev/kfd",
-            511,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied(DOCKER_SCOPE, "/dev/kfd", 511, 0);
         r.node = None;
         r.driver = Some("kfd".into());
         assert_has(
@@ -178,14 +150,7 @@ mod tests {
     #[test]
     fn hostile_container_names_reach_commands_as_literal_words() {
         for name in HOSTILE {
-            let r = record(
-                &format!("/lxc.payload.{name}"),
-                "/dev/nvidia-uvm",
-                509,
-                0,
-                Verdict::DeniedByBpfPolicy,
-                -libc::EPERM,
-            );
+            let r = denied(&format!("/lxc.payload.{name}"), "/dev/nvidia-uvm", 509, 0);
             let diag = diagnosis_of(&r);
             assert_has(&diag.hint, "lxc-stop -n");
             assert_paste_safe(&diag.hint, name);

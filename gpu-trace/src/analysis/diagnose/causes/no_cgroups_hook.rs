@@ -19,7 +19,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     }
     let node = facts.node?;
     let container = facts.container();
-    let engine = runtime::of(container.runtime).oci_engine();
+    let engine = runtime::of(container.runtime).engine().is_some();
     let (attached_at, _) = facts.culprit_program()?;
     if !engine || !attached_at.starts_with(&container.cgroup) {
         return None;
@@ -52,26 +52,16 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use crate::{
-        analysis::{
-            diagnose::{
-                testing::{by_program, diagnose, DOCKER_SCOPE},
-                Diagnoser,
-            },
-            test_support::record,
+        analysis::diagnose::{
+            testing::{by_program, denied, diagnose, DOCKER_SCOPE},
+            Diagnoser,
         },
-        model::{access::Verdict, diagnosis::Cause, policy_writer::Manager},
+        model::{diagnosis::Cause, policy_writer::Manager},
     };
 
     #[test]
     fn a_runtime_config_with_no_cgroups_is_named() {
-        let mut r = record(
-            DOCKER_SCOPE,
-            "/dev/nvidia0",
-            195,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied(DOCKER_SCOPE, "/dev/nvidia0", 195, 0);
         r.denied_by = Some(by_program(DOCKER_SCOPE, Manager::Runc));
         let mut d = Diagnoser::default();
         d.host.no_cgroups_config = || Some("/etc/nvidia-container-runtime/config.toml".into());

@@ -69,7 +69,7 @@ mod tests {
     use crate::{
         analysis::{
             diagnose::{
-                testing::{assert_has, diagnose, DOCKER_SCOPE},
+                testing::{assert_has, denied, diagnose, DOCKER_SCOPE},
                 Diagnoser,
             },
             test_support::{record, PROC_DEVICES},
@@ -81,14 +81,7 @@ mod tests {
 
     #[test]
     fn a_policy_written_after_the_cgroup_started_is_a_rewrite_without_history() {
-        let mut r = record(
-            DOCKER_SCOPE,
-            "/dev/nvidia0",
-            195,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let mut r = denied(DOCKER_SCOPE, "/dev/nvidia0", 195, 0);
         let program = |loaded_s: u64| DeniedBy::Program {
             id: 4120,
             name: "sd_devices".into(),
@@ -127,14 +120,7 @@ mod tests {
         let mut d = Diagnoser::default();
         let allowed = record(DOCKER_SCOPE, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3);
         assert!(diagnose(&mut d, &allowed).is_none());
-        let denied = record(
-            DOCKER_SCOPE,
-            "/dev/nvidia0",
-            195,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -1,
-        );
+        let denied = denied(DOCKER_SCOPE, "/dev/nvidia0", 195, 0);
         let diag = diagnose(&mut d, &denied).expect("diagnosis");
         assert_eq!(diag.cause, Cause::RulesRewritten);
         assert_has(&diag.hint, "create-dev-char-symlinks");

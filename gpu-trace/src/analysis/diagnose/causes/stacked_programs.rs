@@ -61,12 +61,8 @@ mod tests {
     use std::rc::Rc;
 
     use crate::{
-        analysis::{
-            diagnose::testing::{assert_has, by_program, diagnosis_of},
-            test_support::record,
-        },
+        analysis::diagnose::testing::{assert_has, by_program, denied, diagnosis_of},
         model::{
-            access::Verdict,
             denied_by::{AllowingProgram, DeniedBy},
             diagnosis::Cause,
             policy_writer::Manager,
@@ -76,13 +72,11 @@ mod tests {
 
     #[test]
     fn a_second_program_that_allows_makes_it_stacked() {
-        let mut r = record(
+        let mut r = denied(
             "/machine.slice/libpod-ab.scope/container",
             "/dev/nvidia-uvm",
             509,
             0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
         );
         let mut culprit =
             (**by_program("/machine.slice/libpod-ab.scope/container", Manager::Crun)).clone();

@@ -42,24 +42,16 @@ mod tests {
         analysis::{
             cdi_check::StaleCdiEntry,
             diagnose::{
-                testing::{assert_has, diagnose, DOCKER_SCOPE},
+                testing::{assert_has, denied, diagnose, DOCKER_SCOPE},
                 Diagnoser,
             },
-            test_support::record,
         },
-        model::{access::Verdict, diagnosis::Cause},
+        model::diagnosis::Cause,
     };
 
     #[test]
     fn a_node_from_a_stale_cdi_spec_names_the_spec() {
-        let r = record(
-            DOCKER_SCOPE,
-            "/dev/nvidia-uvm",
-            509,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
+        let r = denied(DOCKER_SCOPE, "/dev/nvidia-uvm", 509, 0);
         let mut d = Diagnoser::default();
         d.host.stale_cdi = |_| {
             vec![StaleCdiEntry {

@@ -65,7 +65,7 @@ mod tests {
     use crate::{
         analysis::{
             diagnose::{
-                testing::{assert_has, diagnose, diagnosis_of, HOSTILE},
+                testing::{assert_has, denied, diagnose, diagnosis_of, HOSTILE},
                 Diagnoser,
             },
             test_support::record,
@@ -78,14 +78,7 @@ mod tests {
     fn node_with_an_old_major_is_stale() {
         let mut d = Diagnoser::default();
         // Denied: the old major 511 is not in the policy.
-        let denied = record(
-            "/lxc/200",
-            "/dev/nvidia-uvm",
-            511,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -1,
-        );
+        let denied = denied("/lxc/200", "/dev/nvidia-uvm", 511, 0);
         let diag = diagnose(&mut d, &denied).expect("diagnosis");
         assert_eq!(diag.cause, Cause::StaleMajor);
         assert_has(&diag.explanation, "major 509 today");
@@ -113,13 +106,11 @@ mod tests {
         for name in HOSTILE {
             let path = format!("/tmp/{name}/nvidia-uvm");
             // A stale major (511 is not nvidia-uvm's 509): the mknod hint.
-            let stale = record(
+            let stale = denied(
                 "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
                 &path,
                 511,
                 0,
-                Verdict::DeniedByBpfPolicy,
-                -libc::EPERM,
             );
             let diag = diagnosis_of(&stale);
             assert_eq!(diag.cause, Cause::StaleMajor);

@@ -1,5 +1,6 @@
 //! The words every cause shares: how the container, the device, the policy
-//! and the node are named in prose, and how a finding becomes a diagnosis.
+//! and the node are named in prose, the runtime's fix for the denied
+//! device, and how a finding becomes a diagnosis.
 
 use crate::{
     analysis::diagnose::facts::Facts,
@@ -10,8 +11,7 @@ use crate::{
         node::{NvidiaNode, NVIDIA_FRONTEND_MAJOR},
         policy_writer::Manager,
     },
-    runtime,
-    runtime::{CONTAINER, NODE_PATH},
+    runtime::{self, DeviceToAllow, CONTAINER, NODE_PATH},
     text::shell_word::prose,
 };
 
@@ -100,6 +100,30 @@ impl Facts {
             } => Some((attached_at.as_str(), writer.as_ref().map(|w| w.manager))),
             _ => None,
         }
+    }
+}
+
+impl Facts {
+    /// How the container's runtime allows the denied device: the node's
+    /// usual path, the major denied, its driver's name today.
+    pub fn allow_denied(&self) -> Vec<String> {
+        let device = DeviceToAllow {
+            path: &self.node_path(),
+            major: self.major,
+            driver: self.driver_name(),
+        };
+        runtime::allow_device(self.container(), &device)
+    }
+
+    /// What keeps the container's rules for the denied device from being
+    /// rewritten, in its runtime's words.
+    pub fn keep_denied_rules(&self) -> Vec<String> {
+        let device = DeviceToAllow {
+            path: &self.node_path(),
+            major: self.major,
+            driver: self.driver_name(),
+        };
+        runtime::of(self.container().runtime).keep_rules(self.container(), &device)
     }
 }
 

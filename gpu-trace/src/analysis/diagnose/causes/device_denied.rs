@@ -1,12 +1,9 @@
 //! `device-denied`: a device policy denied it, and no cause before this
 //! one in the table fits.
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    runtime::{allow_device, DeviceToAllow},
+use crate::analysis::diagnose::{
+    facts::{Context, Facts},
+    phrasing::Finding,
 };
 
 pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
@@ -15,14 +12,7 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     }
     Some(Finding {
         explanation: format!("{} denies {}", facts.policy_text(), facts.device_text()),
-        fix: allow_device(
-            facts.container(),
-            &DeviceToAllow {
-                path: &facts.node_path(),
-                major: facts.major,
-                driver: facts.driver_name(),
-            },
-        ),
+        fix: facts.allow_denied(),
     })
 }
 

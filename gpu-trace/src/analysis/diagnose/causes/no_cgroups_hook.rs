@@ -9,7 +9,6 @@ use crate::{
         phrasing::Finding,
     },
     runtime,
-    runtime::{allow_device, DeviceToAllow},
     text::shell_word::prose,
 };
 
@@ -17,7 +16,8 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     if !facts.denied_by_policy() {
         return None;
     }
-    let node = facts.node?;
+    // NVIDIA's nodes only: its hook adds no other.
+    facts.node?;
     let container = facts.container();
     let engine = runtime::of(container.runtime).engine().is_some();
     let (attached_at, _) = facts.culprit_program()?;
@@ -30,14 +30,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         "set `no-cgroups = false` under [nvidia-container-cli] in {} (rootful runtimes), then recreate the container",
         prose(&shown)
     )];
-    fix.extend(allow_device(
-        container,
-        &DeviceToAllow {
-            path: &node.dev_path(),
-            major: facts.major,
-            driver: facts.driver_name(),
-        },
-    ));
+    fix.extend(facts.allow_denied());
     Some(Finding {
         explanation: format!(
             "{} denies {}: {} says `no-cgroups = true`, so NVIDIA's hook added no GPU to the container's device rules",

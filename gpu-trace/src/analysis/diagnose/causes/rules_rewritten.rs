@@ -11,7 +11,6 @@ use crate::{
         policy_age::{duration_text, seconds_after_start},
     },
     model::denied_by::DeniedBy,
-    runtime::{self, DeviceToAllow},
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
@@ -33,15 +32,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
             facts.device_text()
         )
     };
-    let container = facts.container();
-    let fix = runtime::of(container.runtime).keep_rules(
-        container,
-        &DeviceToAllow {
-            path: &facts.node_path(),
-            major: facts.major,
-            driver: facts.driver_name(),
-        },
-    );
+    let fix = facts.keep_denied_rules();
     Some(Finding {
         explanation: format!(
             "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or runc after `docker update`)"

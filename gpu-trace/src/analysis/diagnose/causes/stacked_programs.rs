@@ -8,7 +8,6 @@ use crate::{
         phrasing::Finding,
     },
     model::{denied_by::DeniedBy, policy_writer::Manager},
-    runtime::{allow_device, DeviceToAllow},
     text::shell_word::prose,
 };
 
@@ -36,14 +35,7 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     let mut fix = vec![format!(
         "make the denying program allow it too{writer}: a rule added to one program alone is not enough"
     )];
-    fix.extend(allow_device(
-        facts.container(),
-        &DeviceToAllow {
-            path: &facts.node_path(),
-            major: facts.major,
-            driver: facts.driver_name(),
-        },
-    ));
+    fix.extend(facts.allow_denied());
     Some(Finding {
         explanation: format!(
             "{} denies {}, while prog {}{allowing_name} at {} allows it: every device program in force must allow an access, so the one that denies decides",

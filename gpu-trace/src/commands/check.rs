@@ -11,7 +11,7 @@ use anyhow::Context;
 
 use crate::{
     analysis::{
-        access_check::{cuda_usable, missing_char_links, problems, same_root, view},
+        access_check::{cuda_usable, missing_char_links, problems, same_root, view, View},
         cdi_check::stale_entries,
         policy_age::written_after_start,
         policy_writer::writer_of_program,
@@ -28,7 +28,7 @@ use crate::{
         proc_devices::{nvidia_uvm_loaded, CharMajors},
     },
     kernel::programs_in_force::{CgroupPolicy, ProgramCache},
-    model::{exit_status, node::NVIDIA_FRONTEND_MAJOR, vendor::Vendor},
+    model::{container::Container, exit_status, node::NVIDIA_FRONTEND_MAJOR, vendor::Vendor},
     render::{
         check_report::{write_human, CdiReport, CheckReport, DevicesListReport},
         output::Format,
@@ -51,17 +51,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     )?;
     let relative = Path::new("/").join(dir.strip_prefix(mount).unwrap_or(&dir));
     let majors = CharMajors::read().context("reading /proc/devices")?;
-    let mut policy = CgroupPolicy::read(mount, &relative, &mut ProgramCache::default())?;
     let container = identify(&relative.to_string_lossy(), &NameSources::default());
-    for p in &mut policy.programs {
-        p.writer = Some(writer_of_program(
-            p.id,
-            &p.name,
-            &p.attached_at,
-            &p.loaded_at,
-            &container,
-        ));
-    }
+    let policy = policy_with_writers(mount, &relative, &container)?;
     let v1 = match pid {
         Some(pid) => crate::host::proc_pid::devices_list_of(pid)
             .with_context(|| format!("reading the v1 devices cgroup of pid {pid}"))?,
@@ -99,27 +90,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     } else {
         Vec::new()
     };
-    for set in vendors.iter().filter(|s| !s.usable) {
-        for missing in &set.missing {
-            problems.push(format!("{} ({}): {missing}", set.vendor.name(), set.stack));
-        }
-    }
-    let mut warnings = missing_char_links(&views[0], Path::new("/dev/char"));
-    let cdi = cdi_report(&args.cdi_dirs, &majors);
-    warnings.extend(cdi.stale.iter().map(|e| {
-        format!(
-            "stale CDI spec {} ({}): {}; {}",
-            prose(&e.file),
-            prose(&e.device),
-            e.problem,
-            e.fix
-        )
-    }));
-    warnings.extend(
-        cdi.unreadable
+    problems.extend(vendors.iter().filter(|s| !s.usable).flat_map(|set| {
+        set.missing
             .iter()
-            .map(|u| format!("CDI spec not read: {}", prose(u))),
-    );
+            .map(|missing| format!("{} ({}): {missing}", set.vendor.name(), set.stack))
+    }));
+    let cdi = cdi_report(&args.cdi_dirs, &majors);
+    let warnings = warnings(&views[0], &cdi);
     let usable =
         (!judge_nvidia || cuda_usable(target_view)) && vendors.iter().all(|set| set.usable);
     let report = CheckReport {
@@ -145,16 +122,60 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
             .collect(),
         vendors,
     };
-    let mut out = io::stdout().lock();
-    match args.format {
-        Format::Json => writeln!(out, "{}", json::to_string(&report))?,
-        Format::Human => write_human(&mut out, &report, style::paints(&io::stdout()))?,
-    }
+    print(&report, args.format)?;
     Ok(if usable {
         exit_status::OK
     } else {
         exit_status::FAILURE
     })
+}
+
+fn print(report: &CheckReport, format: Format) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match format {
+        Format::Json => writeln!(out, "{}", json::to_string(report)),
+        Format::Human => write_human(&mut out, report, style::paints(&io::stdout())),
+    }
+}
+
+/// The programs in force on the cgroup, each with who wrote it.
+fn policy_with_writers(
+    mount: &Path,
+    relative: &Path,
+    container: &Container,
+) -> anyhow::Result<CgroupPolicy> {
+    let mut policy = CgroupPolicy::read(mount, relative, &mut ProgramCache::default())?;
+    for p in &mut policy.programs {
+        p.writer = Some(writer_of_program(
+            p.id,
+            &p.name,
+            &p.attached_at,
+            &p.loaded_at,
+            container,
+        ));
+    }
+    Ok(policy)
+}
+
+/// What is worth knowing but does not make the nodes unusable: missing
+/// /dev/char links (systemd's reload needs them), CDI specs stale or unread.
+fn warnings(host_view: &View, cdi: &CdiReport) -> Vec<String> {
+    let mut warnings = missing_char_links(host_view, Path::new("/dev/char"));
+    warnings.extend(cdi.stale.iter().map(|e| {
+        format!(
+            "stale CDI spec {} ({}): {}; {}",
+            prose(&e.file),
+            prose(&e.device),
+            e.problem,
+            e.fix
+        )
+    }));
+    warnings.extend(
+        cdi.unreadable
+            .iter()
+            .map(|u| format!("CDI spec not read: {}", prose(u))),
+    );
+    warnings
 }
 
 /// The CDI specs in `dirs` (the default directories when none), checked

@@ -119,69 +119,14 @@ pub fn attach(
     btf: &mut LazyBtf,
 ) -> anyhow::Result<OpenRouteAttached> {
     let mut hooks = Vec::new();
-    let function = || format!("fexit {}", program::OPEN_FUNCTION);
-    let wants_function = matches!(
+    let fexit = FexitRoute {
         choice,
-        OpensChoice::Auto | OpensChoice::Full | OpensChoice::Fexit
-    );
-    // Where auto's fexit on the device check was refused, this kernel has no
-    // trampolines either: not worth a second refusal.
-    let trampolines_refused = hook_choice == HookChoice::Auto && device_hook != DeviceHook::Fexit;
-    // The errno observer's sighting is claimed by the call whose entry came
-    // before it, and the function route sees no entry; and without the saved
-    // registers the device hook cannot tell that it is inside an open.
-    let function_unfit = if device_hook == DeviceHook::ErrnoObserver {
-        Some((
-            "the errno observer needs each open's entry, which fexit does not see",
-            "the syscall tracepoints stand in",
-        ))
-    } else if !registers_known && (choice == OpensChoice::Fexit || !trampolines_refused) {
-        Some((
-            "the device hook finds no saved user registers to tell it is inside an open",
-            "the syscall tracepoints or the device hook alone stand in",
-        ))
-    } else {
-        None
+        device_hook,
+        hook_choice,
+        registers_known,
     };
-    if let Some((reason, stand_in)) = function_unfit.filter(|_| wants_function) {
-        if choice == OpensChoice::Fexit {
-            return Err(Unsupported::HookRefused {
-                hook: format!("{} (--opens fexit)", function()),
-                reason: reason.into(),
-            }
-            .into());
-        }
-        hooks.push(Hook {
-            name: function(),
-            refused: Some(format!("{reason}; {stand_in}")),
-            stood_in_for: true,
-        });
-    } else if wants_function && (choice == OpensChoice::Fexit || !trampolines_refused) {
-        match attach_open_function(ebpf, btf) {
-            Ok(()) => {
-                mark_open_calls_traced(ebpf, OPEN_CALLS_BY_RESULT)?;
-                hooks.push(active(format!(
-                    "{} (open calls' path and result)",
-                    function()
-                )));
-                let summary = format!("open results traced by {}: only open calls pay", function());
-                return Ok(attached(OpenRoute::Function, Vec::new(), hooks, summary));
-            }
-            Err(e) if choice == OpensChoice::Fexit => {
-                return Err(Unsupported::HookRefused {
-                    hook: format!("{} (--opens fexit)", function()),
-                    reason: format!("{e:#}"),
-                }
-                .into())
-            }
-            Err(e) => hooks.push(Hook {
-                name: function(),
-                refused: Some(format!(
-                    "{e:#}; the syscall tracepoints or the device hook alone stand in"
-                )),
-                stood_in_for: true,
-            }),
-        }
+    if let Some(attached) = fexit.try_attach(ebpf, btf, &mut hooks)? {
+        return Ok(attached);
     }
     let needs = match choice {
         // (The errno observer, which needs the open's result, stopped
@@ -192,33 +137,7 @@ pub fn attach(
     };
     match needs {
         Need::LeftOut(why, upgrade_watch) => {
-            hooks.extend(OPEN_SYSCALLS.iter().map(|syscall| Hook {
-                name: tracepoint_name(syscall),
-                refused: Some(format!(
-                    "left out (--opens {}): paths come from the device hook, results are not traced",
-                    choice.name()
-                )),
-                stood_in_for: true,
-            }));
-            let v1 = if device_hook == DeviceHook::Fexit || choice == OpensChoice::Auto {
-                // (Auto attaches the tracepoints once the v1 hierarchy changes.)
-                ""
-            } else {
-                ", and cgroup v1 denials"
-            };
-            let upgrade = if upgrade_watch.is_some() {
-                "; the syscall tracepoints are attached once a cgroup v1 devices cgroup is made or joined"
-            } else {
-                ""
-            };
-            let summary = format!(
-                "open results not traced ({why}), so no syscall on the host pays; \
-                 unseen: {UNSEEN}{v1}{upgrade}; `--opens full` traces them, and {TRACEPOINT_PRICE}"
-            );
-            Ok(OpenRouteAttached {
-                upgrade_watch,
-                ..attached(OpenRoute::None, Vec::new(), hooks, summary)
-            })
+            Ok(left_out(choice, device_hook, &why, upgrade_watch, hooks))
         }
         Need::Asked | Need::Because(_) => {
             let because = match needs {
@@ -229,6 +148,148 @@ pub fn attach(
             hooks.append(&mut opens.hooks);
             Ok(OpenRouteAttached { hooks, ..opens })
         }
+    }
+}
+
+/// What decides whether the open function's fexit is tried.
+struct FexitRoute {
+    choice: OpensChoice,
+    device_hook: DeviceHook,
+    hook_choice: HookChoice,
+    registers_known: bool,
+}
+
+impl FexitRoute {
+    /// Why the fexit route cannot serve here, and what stands in. The errno
+    /// observer's sighting is claimed by the call whose entry came before
+    /// it, and the function route sees no entry; and without the saved
+    /// registers the device hook cannot tell that it is inside an open.
+    fn unfit(&self, trampolines_refused: bool) -> Option<(&'static str, &'static str)> {
+        if self.device_hook == DeviceHook::ErrnoObserver {
+            Some((
+                "the errno observer needs each open's entry, which fexit does not see",
+                "the syscall tracepoints stand in",
+            ))
+        } else if !self.registers_known
+            && (self.choice == OpensChoice::Fexit || !trampolines_refused)
+        {
+            Some((
+                "the device hook finds no saved user registers to tell it is inside an open",
+                "the syscall tracepoints or the device hook alone stand in",
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The fexit route when it is wanted, fit and loads; otherwise None,
+    /// with why in `hooks` (or an error for `--opens fexit`).
+    fn try_attach(
+        &self,
+        ebpf: &mut Ebpf,
+        btf: &mut LazyBtf,
+        hooks: &mut Vec<Hook>,
+    ) -> anyhow::Result<Option<OpenRouteAttached>> {
+        let FexitRoute {
+            choice,
+            device_hook,
+            hook_choice,
+            ..
+        } = *self;
+        let function = || format!("fexit {}", program::OPEN_FUNCTION);
+        let wants_function = matches!(
+            choice,
+            OpensChoice::Auto | OpensChoice::Full | OpensChoice::Fexit
+        );
+        // Where auto's fexit on the device check was refused, this kernel has no
+        // trampolines either: not worth a second refusal.
+        let trampolines_refused =
+            hook_choice == HookChoice::Auto && device_hook != DeviceHook::Fexit;
+        if let Some((reason, stand_in)) = self.unfit(trampolines_refused).filter(|_| wants_function)
+        {
+            if choice == OpensChoice::Fexit {
+                return Err(Unsupported::HookRefused {
+                    hook: format!("{} (--opens fexit)", function()),
+                    reason: reason.into(),
+                }
+                .into());
+            }
+            hooks.push(Hook {
+                name: function(),
+                refused: Some(format!("{reason}; {stand_in}")),
+                stood_in_for: true,
+            });
+        } else if wants_function && (choice == OpensChoice::Fexit || !trampolines_refused) {
+            match attach_open_function(ebpf, btf) {
+                Ok(()) => {
+                    mark_open_calls_traced(ebpf, OPEN_CALLS_BY_RESULT)?;
+                    hooks.push(active(format!(
+                        "{} (open calls' path and result)",
+                        function()
+                    )));
+                    let summary =
+                        format!("open results traced by {}: only open calls pay", function());
+                    return Ok(Some(attached(
+                        OpenRoute::Function,
+                        Vec::new(),
+                        std::mem::take(hooks),
+                        summary,
+                    )));
+                }
+                Err(e) if choice == OpensChoice::Fexit => {
+                    return Err(Unsupported::HookRefused {
+                        hook: format!("{} (--opens fexit)", function()),
+                        reason: format!("{e:#}"),
+                    }
+                    .into())
+                }
+                Err(e) => hooks.push(Hook {
+                    name: function(),
+                    refused: Some(format!(
+                        "{e:#}; the syscall tracepoints or the device hook alone stand in"
+                    )),
+                    stood_in_for: true,
+                }),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// No tracepoints: what that leaves unseen, and when they would come.
+fn left_out(
+    choice: OpensChoice,
+    device_hook: DeviceHook,
+    why: &str,
+    upgrade_watch: Option<std::path::PathBuf>,
+    mut hooks: Vec<Hook>,
+) -> OpenRouteAttached {
+    hooks.extend(OPEN_SYSCALLS.iter().map(|syscall| Hook {
+        name: tracepoint_name(syscall),
+        refused: Some(format!(
+            "left out (--opens {}): paths come from the device hook, results are not traced",
+            choice.name()
+        )),
+        stood_in_for: true,
+    }));
+    let v1 = if device_hook == DeviceHook::Fexit || choice == OpensChoice::Auto {
+        // (Auto attaches the tracepoints once the v1 hierarchy changes.)
+        ""
+    } else {
+        ", and cgroup v1 denials"
+    };
+    let upgrade = if upgrade_watch.is_some() {
+        "; the syscall tracepoints are attached once a cgroup v1 devices cgroup is made or joined"
+    } else {
+        ""
+    };
+    let summary = format!(
+        "open results not traced ({why}), so no syscall on the host pays; \
+         unseen: {UNSEEN}{v1}{upgrade}; `--opens full` traces them, and {TRACEPOINT_PRICE}"
+    );
+    OpenRouteAttached {
+        upgrade_watch,
+        ..attached(OpenRoute::None, Vec::new(), hooks, summary)
     }
 }
 

@@ -101,47 +101,18 @@ impl Tracer {
             option_env!("GPU_TRACE_EBPF_SKIPPED").is_none(),
             "this gpu-trace was built with GPU_TRACE_BUILD_SKIP set: it has no kernel programs"
         );
-        let tracefs_note = crate::host::tracefs::ensure_mounted()?;
-        let child_pid_offset = if config.follow_process_tree {
-            crate::host::tracefs::field_offset("sched", "sched_process_fork", "child_pid")?
-        } else {
-            0
-        };
-        let mut notes: Vec<String> = tracefs_note.into_iter().collect();
-        let (task_stack_offset, pt_regs_offset) = saved_registers(&mut notes);
-        let settings = LoadSettings {
-            child_pid_offset,
-            task_stack_offset,
-            pt_regs_offset,
-            verdict_from_errno: false,
-        };
+        let mut notes = Vec::new();
+        let settings = LoadSettings::for_this_kernel(config, &mut notes)?;
+        let pt_regs_offset = settings.pt_regs_offset;
         let mut btf = LazyBtf::default();
         let (mut ebpf, device_hook, refused) = load_device_hook(config, settings, &mut btf)?;
         let mut hooks = refused;
 
         // Filled before anything attaches, so no early access is missed.
-        let mut watched_majors = WatchedMajors {
-            filter: Array::try_from(take_map(&mut ebpf, map::WATCHED_MAJORS)?)?,
-            majors: Vec::new(),
-            other_drivers: Vec::new(),
-        };
-        watched_majors.add(&config.majors)?;
-        watched_majors
-            .mark_other_drivers(&CharMajors::read_kernel().context("reading /proc/devices")?)?;
+        let watched_majors = WatchedMajors::fill(&mut ebpf, &config.majors)?;
 
         let mut tracepoint_links = Vec::new();
-        let cgroup_paths = match note_new_cgroups(&mut ebpf) {
-            Ok(link) => {
-                tracepoint_links.push(link);
-                Some(HashMap::try_from(take_map(&mut ebpf, map::CGROUP_PATHS)?)?)
-            }
-            Err(e) => {
-                notes.push(format!(
-                    "{e:#}: a cgroup removed before its events are read is shown by id only"
-                ));
-                None
-            }
-        };
+        let cgroup_paths = cgroups_made(&mut ebpf, &mut tracepoint_links, &mut notes)?;
         let followed = if config.follow_process_tree {
             let (links, hook) = follow_process_tree(&mut ebpf)?;
             tracepoint_links.extend(links);
@@ -354,6 +325,26 @@ struct LoadSettings {
     verdict_from_errno: bool,
 }
 
+impl LoadSettings {
+    /// What the programs need to know of this kernel's layout, read from
+    /// tracefs and BTF; `notes` says what could not be read and what that costs.
+    fn for_this_kernel(config: &TracerConfig, notes: &mut Vec<String>) -> anyhow::Result<Self> {
+        notes.extend(crate::host::tracefs::ensure_mounted()?);
+        let child_pid_offset = if config.follow_process_tree {
+            crate::host::tracefs::field_offset("sched", "sched_process_fork", "child_pid")?
+        } else {
+            0
+        };
+        let (task_stack_offset, pt_regs_offset) = saved_registers(notes);
+        Ok(Self {
+            child_pid_offset,
+            task_stack_offset,
+            pt_regs_offset,
+            verdict_from_errno: false,
+        })
+    }
+}
+
 /// Where the saved user registers of a task are: `task_struct.stack`'s
 /// offset, and theirs from the bottom of that stack (x86_64 only). Both 0,
 /// with a note, when unknown: accesses outside traced open calls then come
@@ -433,6 +424,19 @@ struct WatchedMajors {
 }
 
 impl WatchedMajors {
+    /// The kernel-side filter, filled with `majors`, and the majors other
+    /// drivers hold today marked as such.
+    fn fill(ebpf: &mut Ebpf, majors: &[u32]) -> anyhow::Result<Self> {
+        let mut watched = WatchedMajors {
+            filter: Array::try_from(take_map(ebpf, map::WATCHED_MAJORS)?)?,
+            majors: Vec::new(),
+            other_drivers: Vec::new(),
+        };
+        watched.add(majors)?;
+        watched.mark_other_drivers(&CharMajors::read_kernel().context("reading /proc/devices")?)?;
+        Ok(watched)
+    }
+
     /// Marks the majors this kernel's drivers hold now (`kernel`): every
     /// other major stays `MAJOR_NO_DRIVER`, whose nodes the open route
     /// reports with their number when they fail.
@@ -482,6 +486,27 @@ fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
 
 /// Attaches the program that remembers each new cgroup2 directory, once
 /// the record layout it reads is confirmed.
+/// The kernel's note of cgroups made from now on, where it attaches; else
+/// a note that says what that costs.
+fn cgroups_made(
+    ebpf: &mut Ebpf,
+    links: &mut Vec<TracePointLink>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Option<HashMap<MapData, u64, CgroupPath>>> {
+    match note_new_cgroups(ebpf) {
+        Ok(link) => {
+            links.push(link);
+            Ok(Some(HashMap::try_from(take_map(ebpf, map::CGROUP_PATHS)?)?))
+        }
+        Err(e) => {
+            notes.push(format!(
+                "{e:#}: a cgroup removed before its events are read is shown by id only"
+            ));
+            Ok(None)
+        }
+    }
+}
+
 fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
     for (field, expected) in [
         ("root", cgroup_mkdir::ROOT),

@@ -64,6 +64,14 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
         report.cgroup,
         crate::runtime::label(&report.container)
     ))?;
+    write_policies(&mut out, report)?;
+    write_views(&mut out, report)?;
+    write_vendor_sets(&mut out, report)?;
+    write_verdict(&mut out, report)
+}
+
+/// The programs in force, those written after the start, and v1's list.
+fn write_policies<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
     match report.programs.len() {
         0 => out.line(format_args!("device programs in force: none"))?,
         n => {
@@ -103,6 +111,11 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
             list.lines.join(", ")
         ))?;
     }
+    Ok(())
+}
+
+/// The device nodes as the cgroup's processes see them, each judged.
+fn write_views<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
     for view in &report.views {
         out.blank()?;
         out.line(format_args!(
@@ -126,6 +139,11 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
             ))?;
         }
     }
+    Ok(())
+}
+
+/// Each vendor's node set, and whether its stack can use it.
+fn write_vendor_sets<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
     for set in &report.vendors {
         out.blank()?;
         out.line(format_args!(
@@ -148,6 +166,11 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
             ))?;
         }
     }
+    Ok(())
+}
+
+/// The uvm module, the problems and warnings, and the result.
+fn write_verdict<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
     out.blank()?;
     out.line(format_args!(
         "nvidia_uvm module: {}",

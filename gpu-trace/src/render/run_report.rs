@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
 
 use crate::{
-    model::record::Record,
+    model::{diagnosis::Diagnosis, record::Record},
     render::output::{errno_name, record_json},
     text::{
         style,
@@ -130,24 +130,7 @@ impl Report {
                 ),
             ])?;
             if let Some(diagnosis) = &record.diagnosis {
-                out.parts(&[
-                    (None, "     "),
-                    (
-                        Some(style::CAUSE),
-                        &format!("cause ({}):", diagnosis.cause.id()),
-                    ),
-                    (None, " "),
-                    (None, &diagnosis.explanation),
-                ])?;
-                for (j, step) in diagnosis.fix.iter().enumerate() {
-                    let label = if j == 0 { "fix:" } else { "    " };
-                    out.parts(&[
-                        (None, "     "),
-                        (Some(style::FIX), label),
-                        (None, " "),
-                        (None, step),
-                    ])?;
-                }
+                write_diagnosis(&mut out, diagnosis)?;
             }
         }
         if self.unlisted > 0 {
@@ -172,4 +155,26 @@ impl Report {
             "unlisted": self.unlisted,
         } })
     }
+}
+/// A problem's cause and the steps of its fix, under its line.
+fn write_diagnosis<W: Write>(out: &mut TerminalLines<W>, diagnosis: &Diagnosis) -> io::Result<()> {
+    out.parts(&[
+        (None, "     "),
+        (
+            Some(style::CAUSE),
+            &format!("cause ({}):", diagnosis.cause.id()),
+        ),
+        (None, " "),
+        (None, &diagnosis.explanation),
+    ])?;
+    for (j, step) in diagnosis.fix.iter().enumerate() {
+        let label = if j == 0 { "fix:" } else { "    " };
+        out.parts(&[
+            (None, "     "),
+            (Some(style::FIX), label),
+            (None, " "),
+            (None, step),
+        ])?;
+    }
+    Ok(())
 }

@@ -181,8 +181,8 @@ step selftest gpu-trace selftest
 export GPU_TRACE_BIN=/lab/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
 export GPU_TRACE_LAB_DRIVER=/lab/drivers/$(uname -r)/gpu_standin.ko GPU_TRACE_LAB_IMAGE=lab-busybox:latest
 export GPU_TRACE_LAB_UNIT=/lab/gpu-trace.service
-# The LXC and runc kernel tests too: here their policies meet systemd's.
-step lab-tests kernel-tests --test-threads=1 --nocapture lab:: lxc:: runc::
+# gpu-trace/tests/lab, with the LXC and runc tests: here their policies meet systemd's.
+step lab-tests lab-tests --test-threads=1 --nocapture
 
 echo "gpu-trace-lab-result$result" >/dev/ttyS1
 if grep -qw gpu-trace.lab_shell=1 /proc/cmdline; then
@@ -641,7 +641,7 @@ fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Resu
     }
     fs::create_dir_all(&dir)?;
     fs::copy(&binaries.gpu_trace, dir.join("gpu-trace"))?;
-    fs::copy(&binaries.kernel_tests, dir.join("kernel-tests"))?;
+    fs::copy(&binaries.lab_tests, dir.join("lab-tests"))?;
     let script = dir.join("run");
     fs::write(&script, GUEST_SCRIPT)?;
     // The packaged unit, to start under the guest's systemd.

@@ -32,7 +32,31 @@ const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-2
 const TEST_PACKAGES: [&str; 4] = ["lxc", "runc", "busybox-static", "gcc-multilib"];
 
 /// `cargo ARGS` that builds and runs the kernel tests (gpu-trace/tests/kernel).
-pub(crate) const KERNEL_TESTS: [&str; 5] = ["test", "--package", "gpu-trace", "--test", "kernel"];
+/// The kernel tests that run on this machine: the kernel's own, and the
+/// container runtimes' (LXC, runc). The tiers are the folders of
+/// gpu-trace/tests: `lab` runs in the field lab's guest, `lockdown` in the
+/// qemu matrix's, last.
+const NATIVE_KERNEL_TESTS: [&str; 7] = [
+    "test",
+    "--package",
+    "gpu-trace",
+    "--test",
+    "kernel",
+    "--test",
+    "runtimes",
+];
+/// The test binaries the guests run, built statically with gpu-trace.
+pub(crate) const GUEST_TESTS: [&str; 9] = [
+    "test",
+    "--package",
+    "gpu-trace",
+    "--test",
+    "kernel",
+    "--test",
+    "lockdown",
+    "--test",
+    "lab",
+];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -273,9 +297,8 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     }
     run_checked(
         Command::new(cargo())
-            .args(KERNEL_TESTS)
-            // The lab's scenarios need its systemd guest: `lab` below runs them.
-            .args(["--", "--test-threads=1", "--skip", "lab::"])
+            .args(NATIVE_KERNEL_TESTS)
+            .args(["--", "--test-threads=1"])
             .env(promtool::ENV, &promtool)
             // In CI, a kernel test that skips is a failure.
             .env(

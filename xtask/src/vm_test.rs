@@ -21,7 +21,7 @@ use clap::ValueEnum;
 use crate::{
     apt_install, cargo, dpkg_installed,
     qemu_run::{run_qemu, Ending},
-    require_root, run_checked, workspace, KERNEL_TESTS, STATIC_RUSTFLAGS, STATIC_TARGET,
+    require_root, run_checked, workspace, GUEST_TESTS, STATIC_RUSTFLAGS, STATIC_TARGET,
 };
 
 /// A kernel series of the matrix, as `--kernel` names it.
@@ -71,10 +71,6 @@ pub(crate) const BUSYBOX: &str = "/bin/busybox";
 /// every program out; busybox's ash has none), and the colour test runs
 /// watch on a pseudo-terminal with util-linux's `script`.
 const HOST_TOOLS: [&str; 3] = ["/usr/bin/setpriv", "/usr/bin/bash", "/usr/bin/script"];
-/// Kernel tests the guest cannot run: they drive LXC or runc, and the
-/// initramfs holds neither; the lab's need its systemd guest (`cargo xtask
-/// lab`). Passed to libtest as `--skip` filters.
-const NOT_IN_GUEST: [&str; 3] = ["lxc::", "runc::", "lab::"];
 /// What /init runs, in order; each reports its exit status in the marker line.
 const STEPS: [&str; 4] = ["selftest", "selftest-observer", "kernel-tests", "lockdown"];
 /// How long one kernel may take from boot to power-off: about 2.5 minutes
@@ -104,8 +100,9 @@ mount -t debugfs debugfs /sys/kernel/debug
 ip link set lo up
 "#;
 
-/// PID 1 of the guest, after GUEST_MOUNTS. @SKIPS@ becomes the `--skip`
-/// arguments of NOT_IN_GUEST.
+/// PID 1 of the guest, after GUEST_MOUNTS: gpu-trace/tests/kernel, then
+/// gpu-trace/tests/lockdown (the runtimes' tests need LXC and runc, which
+/// the initramfs has not; they run natively and in the lab).
 const INIT_TEMPLATE: &str = r#"
 echo "gpu-trace-vm: kernel $(uname -r)"
 
@@ -126,15 +123,14 @@ export GPU_TRACE_BIN=/bin/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_E
 export GPU_TRACE_C_PROGRAMS=/bin
 # promtool's checks do not depend on the kernel: they run natively only.
 export GPU_TRACE_PROMTOOL=native-only
-echo "gpu-trace-vm: note: not run in the guest (LXC and runc are not in the initramfs): @SKIPS@"
-step kernel-tests kernel-tests --test-threads=1 --nocapture @SKIPS@ --skip lockdown::
+step kernel-tests kernel-tests --test-threads=1 --nocapture
 
 # Last, since lockdown cannot be lowered: the kernel in confidentiality
 # lockdown, and the tests for it, which must run (not pass by matching none).
 lockdown_tests() {
     mount -t securityfs securityfs /sys/kernel/security || return 1
     echo confidentiality >/sys/kernel/security/lockdown || return 1
-    GPU_TRACE_EXPECT_LOCKDOWN=1 kernel-tests --test-threads=1 --nocapture lockdown:: >/tmp/lockdown.log 2>&1
+    GPU_TRACE_EXPECT_LOCKDOWN=1 lockdown-tests --test-threads=1 --nocapture >/tmp/lockdown.log 2>&1
     status=$?
     cat /tmp/lockdown.log
     [ $status -eq 0 ] && grep -q "test result: ok. [1-9]" /tmp/lockdown.log
@@ -172,10 +168,6 @@ pub fn vm_test(series: &[Series], timeout: Duration) -> anyhow::Result<()> {
     eprintln!(
         "xtask: guest binaries and initramfs ready in {:.0} s",
         started.elapsed().as_secs_f64()
-    );
-    eprintln!(
-        "xtask: note: these kernel tests are skipped in the guest (LXC and runc are not in the initramfs): {}",
-        NOT_IN_GUEST.join(" ")
     );
 
     // One guest at a time, with 2 vCPUs: 1-vCPU guests side by side finish
@@ -393,7 +385,10 @@ pub(crate) fn bash(script: &str) -> Command {
 
 pub(crate) struct GuestBinaries {
     pub gpu_trace: PathBuf,
+    /// gpu-trace/tests/kernel, lockdown and lab.
     pub kernel_tests: PathBuf,
+    pub lockdown_tests: PathBuf,
+    pub lab_tests: PathBuf,
     /// The kernel tests' C programs (GPU_TRACE_C_PROGRAMS), by file name.
     pub c_programs: Vec<PathBuf>,
 }
@@ -404,11 +399,13 @@ const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 2] = [("open32", &["-m32"]), ("u
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked
 /// statically for the guest.
 pub(crate) fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
-    let messages = build_static(&KERNEL_TESTS)?;
+    let messages = build_static(&GUEST_TESTS)?;
     apt_install(&["gcc-multilib"])?;
     Ok(GuestBinaries {
         gpu_trace: cargo_executable(&messages, "bin", "gpu-trace")?,
         kernel_tests: cargo_executable(&messages, "test", "kernel")?,
+        lockdown_tests: cargo_executable(&messages, "test", "lockdown")?,
+        lab_tests: cargo_executable(&messages, "test", "lab")?,
         c_programs: KERNEL_TEST_C_PROGRAMS
             .iter()
             .map(|(name, flags)| {
@@ -495,8 +492,7 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     let initramfs = vm_dir().join("initramfs.cpio.gz");
     let init = vm_dir().join("init");
     let script = format!(
-        "#!/bin/sh\n# PID 1 of the gpu-trace vm-test guest, written by xtask/src/vm_test.rs.\n{GUEST_MOUNTS}{}",
-        INIT_TEMPLATE.replace("@SKIPS@", &skip_args())
+        "#!/bin/sh\n# PID 1 of the gpu-trace vm-test guest, written by xtask/src/vm_test.rs.\n{GUEST_MOUNTS}{INIT_TEMPLATE}"
     );
     write_if_changed(&init, &script)?;
     // This program too: how it packs may have changed.
@@ -505,6 +501,7 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
         Path::new(BUSYBOX),
         &binaries.gpu_trace,
         &binaries.kernel_tests,
+        &binaries.lockdown_tests,
         &init,
         &xtask,
     ];
@@ -521,6 +518,7 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     }
     fs::copy(&binaries.gpu_trace, root.join("bin/gpu-trace"))?;
     fs::copy(&binaries.kernel_tests, root.join("bin/kernel-tests"))?;
+    fs::copy(&binaries.lockdown_tests, root.join("bin/lockdown-tests"))?;
     for program in &binaries.c_programs {
         let name = program.file_name().context("a C program's file name")?;
         fs::copy(program, root.join("bin").join(name))?;
@@ -557,12 +555,6 @@ pub(crate) fn copy_with_libraries(tool: &Path, root: &Path) -> anyhow::Result<()
     }
     fs::copy(tool, &copy).with_context(|| format!("copying {}", tool.display()))?;
     Ok(())
-}
-
-fn skip_args() -> String {
-    NOT_IN_GUEST
-        .map(|filter| format!("--skip {filter}"))
-        .join(" ")
 }
 
 /// Leaves the file (and its mtime, which the initramfs cache goes by) alone

@@ -15,7 +15,7 @@ use gpu_trace::{
 use gpu_trace_policy::V1Answer;
 use serde_json::{json, Value};
 
-use crate::{common::*, lxc::lxc_test, policy::*};
+use crate::{common::*, lxc::lxc_test, policy_grid::*};
 
 /// A runc container (busybox `sleep 60`) with a device allow list.
 struct RuncContainer {

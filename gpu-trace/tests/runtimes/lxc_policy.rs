@@ -1,17 +1,16 @@
 //! The evaluator and `check` against the policies LXC itself generates for
-//! real containers (here, under lxc::, with the tests that need LXC).
+//! real containers (with the tests that need LXC).
 
 use std::{fs, path::Path};
 
 use gpu_trace::scenario::DeviceNodes;
 use serde_json::Value;
 
-use super::*;
-use crate::policy::assert_evaluator_matches_kernel;
+use crate::{common::*, lxc::*, policy_grid::assert_evaluator_matches_kernel};
 
 #[test]
 fn evaluator_matches_the_kernel_for_lxc_generated_policies() {
-    let Some(host) = lxc_test("evaluator_matches_the_kernel_for_lxc_generated_policies") else {
+    let Some(host) = lxc_test(test_name!()) else {
         return;
     };
     let major = uvm_standin();
@@ -60,7 +59,7 @@ fn check_json(target: &[&str], proc_devices: &Path) -> (Option<i32>, Value) {
 
 #[test]
 fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() {
-    let Some(host) = lxc_test("check_names_the_lxc_program_that_denies_uvm") else {
+    let Some(host) = lxc_test(test_name!()) else {
         return;
     };
     let major = uvm_standin();

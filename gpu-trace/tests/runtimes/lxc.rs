@@ -22,8 +22,6 @@ use serde_json::Value;
 
 use crate::common::*;
 
-mod policy;
-
 /// A container's files and the command that starts it with lxc-execute.
 pub struct LxcContainer {
     pub name: String,

@@ -1,0 +1,21 @@
+//! The field lab's scenarios: policies written by systemd, dockerd and
+//! podman against a stand-in GPU driver module, inside the lab's guest
+//! (`cargo xtask lab`), with the LXC and runc tests beside them. Outside
+//! the lab they say they cannot run.
+
+// Each test binary uses a part of the shared helpers.
+#[allow(dead_code)]
+#[path = "../support/common.rs"]
+mod common;
+mod lab;
+#[allow(dead_code)]
+#[path = "../runtimes/lxc.rs"]
+mod lxc;
+#[path = "../runtimes/lxc_policy.rs"]
+mod lxc_policy;
+#[path = "../support/policy_grid.rs"]
+mod policy_grid;
+#[path = "../runtimes/runc.rs"]
+mod runc;
+#[path = "../support/skip.rs"]
+mod skip;

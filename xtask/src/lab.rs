@@ -22,14 +22,15 @@ use anyhow::{bail, ensure, Context};
 
 use crate::{
     apt_install,
-    qemu_run::run_qemu,
-    require_root, run_checked,
-    vm_test::{
-        bash, build_guest_binaries, fresh_root, install_busybox, kernel_complaints, kernel_package,
-        kvm_usable, pack_initramfs_tree, print_console_tail, skip_notice, step_problems,
-        write_if_changed, GuestBinaries, Series, ACCEPTED_SKIP,
+    guest::{
+        bash,
+        binaries::{build_guest_binaries, GuestBinaries},
+        initramfs::{fresh_root, install_busybox, pack_initramfs_tree, write_if_changed},
+        judge::{kernel_complaints, print_console_tail, skip_notice, step_problems, ACCEPTED_SKIP},
+        kernels::{install_qemu, kernel_package, Apt, Series},
+        qemu::{kvm_usable, run_qemu},
     },
-    workspace,
+    require_root, run_checked, workspace,
 };
 
 /// The kernels the lab boots: bookworm's own and its newer 6.12. Both run
@@ -224,7 +225,7 @@ pub fn lab(series: &[Series], timeout: Duration, shell: bool) -> anyhow::Result<
         "libssl3",
         "zlib1g",
     ])?;
-    crate::vm_test::install_qemu()?;
+    install_qemu()?;
 
     let started = Instant::now();
     let rootfs = rootfs()?;
@@ -394,7 +395,7 @@ fn headers(release: &str) -> anyhow::Result<PathBuf> {
         return Ok(build);
     }
     let package = format!("linux-headers-{release}");
-    let apt = crate::vm_test::Apt::system();
+    let apt = Apt::system();
     let mut packages = vec![package.clone()];
     let out = Command::new("apt-cache")
         .args(["depends", &package])

@@ -14,10 +14,10 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 
 mod cargo_tools;
+mod guest;
 mod image;
 mod lab;
 mod promtool;
-mod qemu_run;
 mod vm_bench;
 mod vm_test;
 
@@ -101,7 +101,7 @@ enum Task {
         only: Option<String>,
         /// With the guests: only this kernel (repeatable); all three by default.
         #[arg(long = "kernel", value_enum)]
-        kernels: Vec<vm_test::Series>,
+        kernels: Vec<guest::kernels::Series>,
     },
     /// Build the release binary and a Debian package (target/dist/gpu-trace_*.deb).
     Dist {
@@ -115,7 +115,7 @@ enum Task {
     VmTest {
         /// Only this kernel (repeatable); all three by default.
         #[arg(long = "kernel", value_enum)]
-        kernels: Vec<vm_test::Series>,
+        kernels: Vec<guest::kernels::Series>,
         /// How long one kernel may take from boot to power-off.
         #[arg(long, default_value_t = vm_test::DEFAULT_TIMEOUT.as_secs())]
         timeout_secs: u64,
@@ -125,7 +125,7 @@ enum Task {
     Lab {
         /// Only this kernel (repeatable); 6.1 and 6.12 by default.
         #[arg(long = "kernel", value_enum)]
-        kernels: Vec<vm_test::Series>,
+        kernels: Vec<guest::kernels::Series>,
         /// How long one kernel may take from boot to power-off.
         #[arg(long, default_value_t = lab::DEFAULT_TIMEOUT.as_secs())]
         timeout_secs: u64,
@@ -569,7 +569,7 @@ fn bench(
     quick: bool,
     json: &Path,
     only: Option<&str>,
-    kernels: &[vm_test::Series],
+    kernels: &[guest::kernels::Series],
 ) -> anyhow::Result<()> {
     const GROUPS: [&str; 6] = [
         "overhead",

@@ -20,11 +20,16 @@ use serde_json::Value;
 
 use crate::{
     apt_install,
-    vm_test::{
-        boot_guest, build_static, cargo_executable, copy_with_libraries, fresh_root,
-        install_busybox, install_qemu, kernel_complaints, kernel_image, newer_than_all,
-        pack_initramfs_tree, print_console_tail, static_c_program, vm_dir, write_if_changed,
-        Series, BUSYBOX, GUEST_MOUNTS,
+    guest::{
+        binaries::{build_static, cargo_executable, static_c_program},
+        initramfs::{
+            copy_with_libraries, fresh_root, install_busybox, newer_than_all, pack_initramfs_tree,
+            write_if_changed, BUSYBOX, GUEST_MOUNTS,
+        },
+        judge::{kernel_complaints, print_console_tail},
+        kernels::{install_qemu, kernel_image, Series},
+        qemu::boot_guest,
+        vm_dir,
     },
 };
 

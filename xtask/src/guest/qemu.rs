@@ -11,7 +11,7 @@
 use std::{
     fs,
     io::{BufRead, BufReader, Write},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -196,6 +196,85 @@ fn stream_console(
         console.push('\n');
     }
     Ok(console)
+}
+
+/// What one boot of a busybox guest left.
+pub(crate) struct GuestRun {
+    /// Everything on the first serial port.
+    pub console: String,
+    pub console_log: PathBuf,
+    /// What /init wrote to the second serial port.
+    pub result: String,
+    pub ending: Ending,
+    pub seconds: f64,
+}
+
+/// Boots `vmlinuz` with `initramfs` until it powers off (killed after
+/// `timeout`, booted once more if stuck in the emulator), echoing the console
+/// with `prefix` and keeping it in `dir`.
+pub(crate) fn boot_guest(
+    dir: &Path,
+    prefix: &str,
+    vmlinuz: &Path,
+    initramfs: &Path,
+    timeout: Duration,
+) -> anyhow::Result<GuestRun> {
+    fs::create_dir_all(dir)?;
+    let console_log = dir.join("console.log");
+    let result_file = dir.join("result");
+    eprintln!(
+        "xtask: booting {}, console in {}",
+        vmlinuz.display(),
+        console_log.display()
+    );
+    let run = run_qemu(
+        || qemu(vmlinuz, initramfs, &result_file),
+        &result_file,
+        &console_log,
+        prefix,
+        timeout,
+    )?;
+    Ok(GuestRun {
+        console: run.console,
+        console_log,
+        result: fs::read_to_string(&result_file).unwrap_or_default(),
+        ending: run.ending,
+        seconds: run.seconds,
+    })
+}
+
+fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
+    let (accel, cpu) = if kvm_usable() {
+        ("kvm", "host")
+    } else {
+        ("tcg", "max")
+    };
+    let mut command = Command::new("qemu-system-x86_64");
+    command
+        .args(["-accel", accel, "-cpu", cpu, "-m", "1G", "-smp", "2"])
+        .args(["-nographic", "-monitor", "none", "-no-reboot"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initramfs)
+        // panic=-1 with -no-reboot: a panicking guest ends qemu at once.
+        .args(["-append", "console=ttyS0 panic=-1"])
+        .args(["-serial", "stdio", "-serial"])
+        .arg(format!("file:{}", result_file.display()));
+    command
+}
+
+/// KVM only where it works: this kind of build machine has a /dev/kvm, yet a
+/// guest hangs on it; the CPU flags tell the two apart.
+pub(crate) fn kvm_usable() -> bool {
+    let opens = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    opens
+        && fs::read_to_string("/proc/cpuinfo")
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "vmx" || w == "svm"))
 }
 
 #[cfg(test)]

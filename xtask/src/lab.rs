@@ -25,10 +25,11 @@ use crate::{
     guest::{
         bash,
         binaries::{build_guest_binaries, GuestBinaries},
+        init::step_functions,
         initramfs::{fresh_root, install_busybox, pack_initramfs_tree, write_if_changed},
-        judge::{kernel_complaints, print_console_tail, skip_notice, step_problems, ACCEPTED_SKIP},
+        judge::{judge, print_console_tail, print_summary, Init, Outcome},
         kernels::{install_qemu, kernel_package, Apt, Series},
-        qemu::{kvm_usable, run_qemu},
+        qemu::{GuestRun, Machine},
     },
     require_root, run_checked, workspace,
 };
@@ -96,7 +97,11 @@ const PRUNED_MODULES: [&str; 12] = [
 const BOOT_MODULES: [&str; 3] = ["virtio_pci", "virtio_blk", "ext4"];
 /// The steps the guest's script reports, in order.
 const STEPS: [&str; 3] = ["runtimes", "selftest", "lab-tests"];
-const MARKER: &str = "gpu-trace-lab-result";
+const INIT: Init = Init {
+    prefix: "gpu-trace-lab: ",
+    marker: "gpu-trace-lab-result",
+    steps: &STEPS,
+};
 
 /// The unit that runs the lab once systemd has booted. Type=simple: the
 /// boot completes while it runs (a oneshot would hold `is-system-running`).
@@ -158,18 +163,7 @@ state=$(systemctl is-system-running --wait)
 echo "gpu-trace-lab: system $state after $(cut -d' ' -f1 /proc/uptime) s"
 [ "$state" = running ] || systemctl --failed --no-pager
 
-result=""
-step() {
-    name=$1
-    shift
-    echo "gpu-trace-lab: step $name: $*"
-    started=$(cut -d' ' -f1 /proc/uptime)
-    "$@"
-    status=$?
-    echo "gpu-trace-lab: step $name exited $status ($started -> $(cut -d' ' -f1 /proc/uptime) s)"
-    result="$result $name=$status"
-}
-
+@STEP_FUNCTIONS@
 runtimes() {
     systemctl start docker.service || return 1
     docker import /lab/busybox.tar lab-busybox:latest >/dev/null || return 1
@@ -185,7 +179,7 @@ export GPU_TRACE_LAB_UNIT=/lab/gpu-trace.service
 # gpu-trace/tests/lab, with the LXC and runc tests: here their policies meet systemd's.
 step lab-tests lab-tests --test-threads=1 --nocapture
 
-echo "gpu-trace-lab-result$result" >/dev/ttyS1
+report
 if grep -qw gpu-trace.lab_shell=1 /proc/cmdline; then
     echo "gpu-trace-lab: a shell; the lab's files are in /lab; power off with: systemctl poweroff"
     /bin/bash -l
@@ -253,25 +247,7 @@ pub fn lab(series: &[Series], timeout: Duration, shell: bool) -> anyhow::Result<
         }
         summary.push(outcome);
     }
-    println!();
-    println!("lab summary");
-    for o in &summary {
-        println!(
-            "  {:<6} {:<26} {:<6} {:>5.0} s  {}",
-            o.series,
-            o.release,
-            if o.problems.is_empty() {
-                "PASS"
-            } else {
-                "FAIL"
-            },
-            o.seconds,
-            o.test_result.as_deref().unwrap_or("(no test result)")
-        );
-        for problem in o.problems.iter().take(8) {
-            println!("         problem: {problem}");
-        }
-    }
+    print_summary("lab summary", &summary, &lab_dir());
     ensure!(failed.is_empty(), "the lab failed on {}", failed.join(", "));
     Ok(())
 }
@@ -644,7 +620,13 @@ fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Resu
     fs::copy(&binaries.gpu_trace, dir.join("gpu-trace"))?;
     fs::copy(&binaries.lab_tests, dir.join("lab-tests"))?;
     let script = dir.join("run");
-    fs::write(&script, GUEST_SCRIPT)?;
+    fs::write(
+        &script,
+        GUEST_SCRIPT.replace(
+            "@STEP_FUNCTIONS@",
+            &step_functions(INIT.prefix, INIT.marker),
+        ),
+    )?;
     // The packaged unit, to start under the guest's systemd.
     fs::copy(
         workspace().join("contrib/gpu-trace.service"),
@@ -692,14 +674,9 @@ fn busybox_image(tarball: &Path) -> anyhow::Result<()> {
     )
 }
 
-struct Outcome {
-    series: &'static str,
-    release: String,
-    seconds: f64,
-    test_result: Option<String>,
-    problems: Vec<String>,
-}
-
+/// Boots the lab's guest on `kernel` from the root disk and the payload,
+/// and judges it; with `shell`, on this terminal, with a shell after the
+/// tests.
 fn boot(
     kernel: &LabKernel,
     disk: &Path,
@@ -708,106 +685,52 @@ fn boot(
     shell: bool,
 ) -> anyhow::Result<Outcome> {
     let dir = lab_dir().join(kernel.series.name());
-    let console_log = dir.join("console.log");
-    let result_file = dir.join("result");
-    if shell && result_file.exists() {
-        fs::remove_file(&result_file)?;
-    }
-    eprintln!(
-        "xtask: lab: booting {} with systemd, console in {}",
-        kernel.release,
-        console_log.display()
-    );
-    let (accel, cpu) = if kvm_usable() {
-        ("kvm", "host")
+    let append = if shell {
+        "root=/dev/vda rw quiet gpu-trace.lab_shell=1"
     } else {
-        ("tcg", "max")
+        "root=/dev/vda rw quiet"
     };
-    let mut append = String::from("console=ttyS0 root=/dev/vda rw panic=-1 quiet");
-    if shell {
-        append.push_str(" gpu-trace.lab_shell=1");
-    }
-    let command = || {
-        let mut command = Command::new("qemu-system-x86_64");
-        command
-            .args(["-accel", accel, "-cpu", cpu, "-m", "3G", "-smp", "2"])
-            .args(["-nographic", "-monitor", "none", "-no-reboot", "-snapshot"])
-            .arg("-kernel")
-            .arg(&kernel.vmlinuz)
-            .arg("-initrd")
-            .arg(&kernel.initramfs)
-            .args(["-append", &append])
-            .arg("-drive")
-            .arg(format!(
-                "file={},format=raw,if=virtio,cache=unsafe",
-                disk.display()
-            ))
-            .arg("-drive")
-            .arg(format!(
-                "file={},format=raw,if=virtio,cache=unsafe",
-                payload.display()
-            ))
-            .args(["-serial", "stdio", "-serial"])
-            .arg(format!("file:{}", result_file.display()));
-        command
+    let machine = Machine {
+        vmlinuz: &kernel.vmlinuz,
+        initramfs: &kernel.initramfs,
+        memory: "3G",
+        append,
+        disks: &[disk, payload],
     };
-    let started = Instant::now();
-    if shell {
-        // The console is the user's terminal.
-        let status = command().status().context("starting qemu-system-x86_64")?;
-        if !status.success() {
-            bail!("qemu exited {status}");
-        }
-    }
-    let mut killed = None;
-    let console = if shell {
-        String::new()
+    let run = if shell {
+        shell_run(&machine, &dir)?
     } else {
-        let prefix = format!("[lab {}] ", kernel.series.name());
-        let run = run_qemu(command, &result_file, &console_log, &prefix, timeout)?;
-        killed = run.ending.problem();
-        if let Some(problem) = &killed {
-            eprintln!("xtask: lab: {problem}");
-        }
-        run.console
+        machine.boot(&dir, &format!("[lab {}] ", kernel.series.name()), timeout)?
     };
-    let seconds = started.elapsed().as_secs_f64();
-    let marker = fs::read_to_string(&result_file).unwrap_or_default();
-    let mut outcome = judge(kernel, &console, &marker, seconds);
-    if let Some(problem) = killed {
-        outcome.problems.insert(0, problem);
-    }
+    let mut outcome = judge(kernel.series.name(), &run, &INIT);
+    outcome.release = kernel.release.clone();
     if !outcome.problems.is_empty() && !shell {
-        print_console_tail(&console, &console_log);
+        print_console_tail(&run.console, &run.console_log);
     }
     Ok(outcome)
 }
 
-/// A kernel passes when the guest reported, every step exited 0, the lab's
-/// tests ran (not passed by matching none), and none skipped but for the
-/// missing cgroup v1 controller (the guest is pure cgroup2).
-fn judge(kernel: &LabKernel, console: &str, marker: &str, seconds: f64) -> Outcome {
-    let mut problems = step_problems(marker, MARKER, &STEPS);
-    problems.extend(kernel_complaints(console));
-    let test_result = console
-        .lines()
-        .find_map(|l| l.strip_prefix("test result: "))
-        .map(str::to_owned);
-    if let Some(result) = &test_result {
-        if result.starts_with("ok. 0 passed") {
-            problems.push("no lab test ran".into());
-        }
+/// The guest on this terminal, which is its console: the steps' statuses
+/// still reach the result file.
+fn shell_run(machine: &Machine, dir: &Path) -> anyhow::Result<GuestRun> {
+    fs::create_dir_all(dir)?;
+    let result_file = dir.join("result");
+    if result_file.exists() {
+        fs::remove_file(&result_file)?;
     }
-    for line in console.lines() {
-        if let Some(skip) = skip_notice(line).filter(|s| !s.contains(ACCEPTED_SKIP)) {
-            problems.push(format!("unexpected skip: {skip}"));
-        }
+    let started = Instant::now();
+    let status = machine
+        .command(&result_file)
+        .status()
+        .context("starting qemu-system-x86_64")?;
+    if !status.success() {
+        bail!("qemu exited {status}");
     }
-    Outcome {
-        series: kernel.series.name(),
-        release: kernel.release.clone(),
-        seconds,
-        test_result,
-        problems,
-    }
+    Ok(GuestRun {
+        console: String::new(),
+        console_log: dir.join("console.log"),
+        result: fs::read_to_string(&result_file).unwrap_or_default(),
+        ending: crate::guest::qemu::Ending::PoweredOff,
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }

@@ -22,13 +22,14 @@ use crate::{
     apt_install,
     guest::{
         binaries::{build_static, cargo_executable, static_c_program},
+        init::GUEST_MOUNTS,
         initramfs::{
             copy_with_libraries, fresh_root, install_busybox, newer_than_all, pack_initramfs_tree,
-            write_if_changed, BUSYBOX, GUEST_MOUNTS,
+            write_if_changed, BUSYBOX,
         },
         judge::{kernel_complaints, print_console_tail},
         kernels::{install_qemu, kernel_image, Series},
-        qemu::boot_guest,
+        qemu::Machine,
         vm_dir,
     },
 };
@@ -138,11 +139,16 @@ fn static_open_loop(dir: &Path) -> anyhow::Result<PathBuf> {
 /// One kernel: boot, let the bench run, and take its JSON from the second
 /// serial port. A kernel that warned on its console gives no results.
 fn boot(series: Series, vmlinuz: &Path, initramfs: &Path) -> anyhow::Result<Value> {
-    let run = boot_guest(
-        &vm_dir().join("bench").join(series.name()),
-        &format!("[bench {}] ", series.name()),
+    let machine = Machine {
         vmlinuz,
         initramfs,
+        memory: "1G",
+        append: "",
+        disks: &[],
+    };
+    let run = machine.boot(
+        &vm_dir().join("bench").join(series.name()),
+        &format!("[bench {}] ", series.name()),
         TIMEOUT,
     )?;
     eprintln!(

@@ -20,13 +20,14 @@ use crate::{
     apt_install,
     guest::{
         binaries::{build_guest_binaries, GuestBinaries},
+        init::{step_functions, GUEST_MOUNTS},
         initramfs::{
             copy_with_libraries, fresh_root, install_busybox, newer_than_all, pack_initramfs_tree,
-            write_if_changed, BUSYBOX, GUEST_MOUNTS,
+            write_if_changed, BUSYBOX,
         },
-        judge::{kernel_complaints, print_console_tail, skip_notice, step_problems, ACCEPTED_SKIP},
+        judge::{judge, print_console_tail, print_summary, Init, Outcome},
         kernels::{install_qemu, kernel_image, Series},
-        qemu::boot_guest,
+        qemu::Machine,
         vm_dir,
     },
 };
@@ -42,25 +43,18 @@ const STEPS: [&str; 4] = ["selftest", "selftest-observer", "kernel-tests", "lock
 /// How long one kernel may take from boot to power-off: about 2.5 minutes
 /// is usual on 2 cores without KVM.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-/// The line /init writes to the second serial port once every step has run.
-const MARKER: &str = "gpu-trace-vm-result";
+/// What /init calls itself, the line it reports its steps in, and the steps.
+const INIT: Init = Init {
+    prefix: "gpu-trace-vm: ",
+    marker: "gpu-trace-vm-result",
+    steps: &STEPS,
+};
 
 /// PID 1 of the guest, after GUEST_MOUNTS: gpu-trace/tests/kernel, then
 /// gpu-trace/tests/lockdown (the runtimes' tests need LXC and runc, which
 /// the initramfs has not; they run natively and in the lab).
-const INIT_TEMPLATE: &str = r#"
+const INIT_STEPS: &str = r#"
 echo "gpu-trace-vm: kernel $(uname -r)"
-
-result=""
-step() {
-    name=$1
-    shift
-    echo "gpu-trace-vm: step $name: $*"
-    "$@"
-    status=$?
-    echo "gpu-trace-vm: step $name exited $status"
-    result="$result $name=$status"
-}
 
 step selftest gpu-trace selftest
 step selftest-observer gpu-trace selftest --hook observer
@@ -82,7 +76,7 @@ lockdown_tests() {
 }
 step lockdown lockdown_tests
 
-echo "gpu-trace-vm-result$result" >/dev/ttyS1
+report
 poweroff -f
 "#;
 
@@ -121,11 +115,11 @@ pub fn vm_test(series: &[Series], timeout: Duration) -> anyhow::Result<()> {
         .iter()
         .map(|(s, vmlinuz)| boot(*s, vmlinuz, &initramfs, timeout))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    print_summary(&outcomes);
+    print_summary("vm-test summary", &outcomes, &vm_dir());
     let failed: Vec<&str> = outcomes
         .iter()
         .filter(|o| !o.problems.is_empty())
-        .map(|o| o.series.name())
+        .map(|o| o.series)
         .collect();
     ensure!(failed.is_empty(), "vm-test failed on {}", failed.join(", "));
     Ok(())
@@ -137,7 +131,8 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     let initramfs = vm_dir().join("initramfs.cpio.gz");
     let init = vm_dir().join("init");
     let script = format!(
-        "#!/bin/sh\n# PID 1 of the gpu-trace vm-test guest, written by xtask/src/vm_test.rs.\n{GUEST_MOUNTS}{INIT_TEMPLATE}"
+        "#!/bin/sh\n# PID 1 of the gpu-trace vm-test guest, written by xtask/src/vm_test.rs.\n{GUEST_MOUNTS}{}{INIT_STEPS}",
+        step_functions(INIT.prefix, INIT.marker)
     );
     write_if_changed(&init, &script)?;
     // This program too: how it packs may have changed.
@@ -172,18 +167,6 @@ fn pack_initramfs(binaries: &GuestBinaries) -> anyhow::Result<PathBuf> {
     Ok(initramfs)
 }
 
-/// What one boot showed.
-struct Outcome {
-    series: Series,
-    uname: String,
-    seconds: f64,
-    test_result: Option<String>,
-    /// The selftests' lines about hooks and where verdicts come from.
-    hook_lines: Vec<String>,
-    /// Why the kernel failed; empty when it passed.
-    problems: Vec<String>,
-}
-
 /// Boots `vmlinuz` with the initramfs, streams and keeps the console, and judges it.
 fn boot(
     series: Series,
@@ -191,53 +174,24 @@ fn boot(
     initramfs: &Path,
     timeout: Duration,
 ) -> anyhow::Result<Outcome> {
-    let run = boot_guest(
-        &vm_dir().join(series.name()),
-        &format!("[{}] ", series.name()),
+    let machine = Machine {
         vmlinuz,
         initramfs,
+        memory: "1G",
+        append: "",
+        disks: &[],
+    };
+    let run = machine.boot(
+        &vm_dir().join(series.name()),
+        &format!("[{}] ", series.name()),
         timeout,
     )?;
-    let mut outcome = judge(series, &run.console, &run.result, run.seconds);
-    if let Some(problem) = run.ending.problem() {
-        outcome.problems.insert(0, problem);
-    }
+    let mut outcome = judge(series.name(), &run, &INIT);
+    outcome.notes = selftest_hook_lines(&run.console.lines().collect::<Vec<_>>());
     if !outcome.problems.is_empty() {
         print_console_tail(&run.console, &run.console_log);
     }
     Ok(outcome)
-}
-
-/// A kernel passes when /init reported, every step exited 0, and nothing
-/// skipped for a reason other than the missing cgroup v1 controller.
-fn judge(series: Series, console: &str, marker: &str, seconds: f64) -> Outcome {
-    let mut problems = step_problems(marker, MARKER, &STEPS);
-    problems.extend(kernel_complaints(console));
-    let lines: Vec<&str> = console.lines().collect();
-    for (i, line) in lines.iter().enumerate() {
-        if let Some(skip) = skip_notice(line).filter(|s| !s.contains(ACCEPTED_SKIP)) {
-            problems.push(format!("unexpected skip: {skip}"));
-        }
-        if line.contains("panicked at") {
-            let message = lines.get(i + 1).unwrap_or(&"");
-            problems.push(format!("{line} {message}"));
-        }
-    }
-    Outcome {
-        series,
-        uname: lines
-            .iter()
-            .find_map(|l| l.strip_prefix("gpu-trace-vm: kernel "))
-            .unwrap_or("(unknown)")
-            .to_string(),
-        seconds,
-        test_result: lines
-            .iter()
-            .find_map(|l| l.strip_prefix("test result: "))
-            .map(str::to_owned),
-        hook_lines: selftest_hook_lines(&lines),
-        problems,
-    }
 }
 
 /// Lines of the two selftest steps that mention hooks or verdicts, each
@@ -261,42 +215,4 @@ fn selftest_hook_lines(lines: &[&str]) -> Vec<String> {
         }
     }
     found
-}
-
-fn print_summary(outcomes: &[Outcome]) {
-    // A kernel that fails everything would bury the table; its console.log has the rest.
-    const SHOWN_PROBLEMS: usize = 8;
-    println!();
-    println!("vm-test summary");
-    println!(
-        "  {:<6} {:<26} {:<6} {:>7}  tests",
-        "series", "kernel", "result", "seconds"
-    );
-    for o in outcomes {
-        println!(
-            "  {:<6} {:<26} {:<6} {:>7.0}  {}",
-            o.series.name(),
-            o.uname,
-            if o.problems.is_empty() {
-                "PASS"
-            } else {
-                "FAIL"
-            },
-            o.seconds,
-            o.test_result.as_deref().unwrap_or("(no test result)")
-        );
-        for line in &o.hook_lines {
-            println!("         {line}");
-        }
-        for problem in o.problems.iter().take(SHOWN_PROBLEMS) {
-            println!("         problem: {problem}");
-        }
-        let hidden = o.problems.len().saturating_sub(SHOWN_PROBLEMS);
-        if hidden > 0 {
-            println!(
-                "         ... and {hidden} more in {}",
-                vm_dir().join(o.series.name()).join("console.log").display()
-            );
-        }
-    }
 }

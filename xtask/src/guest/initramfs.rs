@@ -16,25 +16,6 @@ use crate::{guest::bash, run_checked};
 /// The host's static busybox, every guest's shell and tools.
 pub(crate) const BUSYBOX: &str = "/bin/busybox";
 
-/// The start of PID 1 in the busybox guests (vm-test's and the bench's):
-/// the file systems the kernel tests and gpu-trace need, pure cgroup2.
-pub(crate) const GUEST_MOUNTS: &str = r#"export PATH=/bin HOME=/tmp NO_COLOR=1
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-# Pseudo-terminals, for the colour test's `script`.
-mkdir -p /dev/pts
-mount -t devpts devpts /dev/pts
-mount -t tmpfs tmpfs /tmp
-# Pure cgroup2, as on Proxmox, Debian and Ubuntu hosts.
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
-mount -t bpf bpf /sys/fs/bpf
-mount -t tracefs tracefs /sys/kernel/tracing
-mount -t debugfs debugfs /sys/kernel/debug
-# The metrics test serves HTTP on 127.0.0.1.
-ip link set lo up
-"#;
-
 /// Copies a dynamically linked host tool into the guest's /bin, with the
 /// libraries and loader `ldd` names at their own paths.
 pub(crate) fn copy_with_libraries(tool: &Path, root: &Path) -> anyhow::Result<()> {

@@ -1,11 +1,13 @@
 //! The one harness for qemu guests: Debian's kernels (`kernels`), the
 //! static binaries and the initramfs they boot (`binaries`, `initramfs`),
+//! what their init shares (`init`),
 //! the boot itself, watched (`qemu`), and how a run is judged and summed up
 //! (`judge`). The vm matrix (vm_test.rs), the field lab (lab.rs) and the
 //! guest bench (vm_bench.rs) are recipes on top: their kernels, their
 //! image, their steps.
 
 pub(crate) mod binaries;
+pub(crate) mod init;
 pub(crate) mod initramfs;
 pub(crate) mod judge;
 pub(crate) mod kernels;

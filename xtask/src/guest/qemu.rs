@@ -198,70 +198,95 @@ fn stream_console(
     Ok(console)
 }
 
-/// What one boot of a busybox guest left.
+/// What one boot of a guest left.
 pub(crate) struct GuestRun {
     /// Everything on the first serial port.
     pub console: String,
     pub console_log: PathBuf,
-    /// What /init wrote to the second serial port.
+    /// What its init wrote to the second serial port.
     pub result: String,
     pub ending: Ending,
     pub seconds: f64,
 }
 
-/// Boots `vmlinuz` with `initramfs` until it powers off (killed after
-/// `timeout`, booted once more if stuck in the emulator), echoing the console
-/// with `prefix` and keeping it in `dir`.
-pub(crate) fn boot_guest(
-    dir: &Path,
-    prefix: &str,
-    vmlinuz: &Path,
-    initramfs: &Path,
-    timeout: Duration,
-) -> anyhow::Result<GuestRun> {
-    fs::create_dir_all(dir)?;
-    let console_log = dir.join("console.log");
-    let result_file = dir.join("result");
-    eprintln!(
-        "xtask: booting {}, console in {}",
-        vmlinuz.display(),
-        console_log.display()
-    );
-    let run = run_qemu(
-        || qemu(vmlinuz, initramfs, &result_file),
-        &result_file,
-        &console_log,
-        prefix,
-        timeout,
-    )?;
-    Ok(GuestRun {
-        console: run.console,
-        console_log,
-        result: fs::read_to_string(&result_file).unwrap_or_default(),
-        ending: run.ending,
-        seconds: run.seconds,
-    })
+/// A guest machine: 2 vCPUs, a kernel and its initramfs, and the disks a
+/// recipe adds. The first serial port is the console, the second the
+/// result file.
+pub(crate) struct Machine<'a> {
+    pub vmlinuz: &'a Path,
+    pub initramfs: &'a Path,
+    pub memory: &'static str,
+    /// The kernel command line after `console=ttyS0 panic=-1` (with
+    /// -no-reboot, a panicking guest ends qemu at once).
+    pub append: &'a str,
+    /// Raw disk images, written only in a snapshot of this boot.
+    pub disks: &'a [&'a Path],
 }
 
-fn qemu(vmlinuz: &Path, initramfs: &Path, result_file: &Path) -> Command {
-    let (accel, cpu) = if kvm_usable() {
-        ("kvm", "host")
-    } else {
-        ("tcg", "max")
-    };
-    let mut command = Command::new("qemu-system-x86_64");
-    command
-        .args(["-accel", accel, "-cpu", cpu, "-m", "1G", "-smp", "2"])
-        .args(["-nographic", "-monitor", "none", "-no-reboot"])
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initramfs)
-        // panic=-1 with -no-reboot: a panicking guest ends qemu at once.
-        .args(["-append", "console=ttyS0 panic=-1"])
-        .args(["-serial", "stdio", "-serial"])
-        .arg(format!("file:{}", result_file.display()));
-    command
+impl Machine<'_> {
+    pub(crate) fn command(&self, result_file: &Path) -> Command {
+        let (accel, cpu) = if kvm_usable() {
+            ("kvm", "host")
+        } else {
+            ("tcg", "max")
+        };
+        let mut command = Command::new("qemu-system-x86_64");
+        command
+            .args(["-accel", accel, "-cpu", cpu, "-m", self.memory, "-smp", "2"])
+            .args(["-nographic", "-monitor", "none", "-no-reboot"])
+            .arg("-kernel")
+            .arg(self.vmlinuz)
+            .arg("-initrd")
+            .arg(self.initramfs)
+            .arg("-append")
+            .arg(format!("console=ttyS0 panic=-1 {}", self.append).trim_end());
+        if !self.disks.is_empty() {
+            command.arg("-snapshot");
+        }
+        for disk in self.disks {
+            command.arg("-drive").arg(format!(
+                "file={},format=raw,if=virtio,cache=unsafe",
+                disk.display()
+            ));
+        }
+        command
+            .args(["-serial", "stdio", "-serial"])
+            .arg(format!("file:{}", result_file.display()));
+        command
+    }
+
+    /// Boots until the guest powers off (killed after `timeout`, booted once
+    /// more if stuck in the emulator), echoing the console with `prefix` and
+    /// keeping it in `dir`.
+    pub(crate) fn boot(
+        &self,
+        dir: &Path,
+        prefix: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<GuestRun> {
+        fs::create_dir_all(dir)?;
+        let console_log = dir.join("console.log");
+        let result_file = dir.join("result");
+        eprintln!(
+            "xtask: booting {}, console in {}",
+            self.vmlinuz.display(),
+            console_log.display()
+        );
+        let run = run_qemu(
+            || self.command(&result_file),
+            &result_file,
+            &console_log,
+            prefix,
+            timeout,
+        )?;
+        Ok(GuestRun {
+            console: run.console,
+            console_log,
+            result: fs::read_to_string(&result_file).unwrap_or_default(),
+            ending: run.ending,
+            seconds: run.seconds,
+        })
+    }
 }
 
 /// KVM only where it works: this kind of build machine has a /dev/kvm, yet a

@@ -231,28 +231,17 @@ const SIGHTING_TTL_NS: u64 = 1_000_000_000;
 #[inline(always)]
 fn report_finished(call: &OpenInFlight, ret: i32, syscall: SyscallKnown, pid_tgid: u64) {
     let seen = call.seen & SEEN_DEVICE != 0;
-    if call.seen & SEEN_WATCHED != 0 {
-        // Denied either by a BPF policy (retval) or after it (errno EPERM, e.g.
-        // v1); EACCES after the device check is a security module's refusal
-        // (file mode refusals come before the device check, and never get here).
-        let denied = call.hook_verdict != 0 || ret == EPERM || ret == EACCES;
-        // Allowed, yet no driver answered: a GPU node whose major the driver
-        // held before it was reloaded (watched majors stay watched). By path,
-        // as for unwatched majors below.
-        let stale = ret == ENXIO && is_accelerator_dev_path(call.path_ptr);
-        if denied || stale || report_allowed() {
-            emit(
-                call,
-                syscall,
-                pid_tgid,
-                ret,
-                FLAG_DEVICE_SEEN | FLAG_HAS_SYSCALL,
-            );
-        }
-    } else if is_gpu_failure(ret) && is_accelerator_dev_path(call.path_ptr) {
-        // A GPU node that failed to open for a reason worth naming, though its
-        // major is not watched or it never reached the device hook: missing
-        // (ENOENT), file mode (EACCES), stale major (EPERM, ENXIO).
+    // A watched device denied either by a BPF policy (retval) or after it
+    // (errno EPERM, e.g. v1); EACCES after the device check is a security
+    // module's refusal (file mode refusals come before the device check, and
+    // never get here). With report_allowed, every result.
+    let watched = call.seen & SEEN_WATCHED != 0
+        && (call.hook_verdict != 0 || ret == EPERM || ret == EACCES || report_allowed());
+    // A GPU node that failed to open for a reason worth naming, whatever its
+    // major's class and whether it reached the device hook: missing (ENOENT),
+    // file mode (EACCES), stale major (EPERM, ENXIO; also a major still
+    // watched since its driver was reloaded onto another).
+    if watched || (is_gpu_failure(ret) && is_accelerator_dev_path(call.path_ptr)) {
         let observed = if seen { FLAG_DEVICE_SEEN } else { 0 };
         emit(call, syscall, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
     }

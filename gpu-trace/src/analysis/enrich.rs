@@ -121,15 +121,25 @@ impl Enricher {
 
     /// Re-reads /proc/devices; returns true when it changed.
     pub fn refresh_majors(&mut self) -> bool {
-        self.majors_read_at = Instant::now();
         match CharMajors::read() {
-            Ok(now) if now != self.majors => {
-                self.majors = now;
-                self.majors_generation += 1;
-                true
+            Ok(now) => self.adopt_majors(now),
+            Err(_) => {
+                self.majors_read_at = Instant::now();
+                false
             }
-            _ => false,
         }
+    }
+
+    /// Takes `now` as /proc/devices read just now (by a caller that needed
+    /// it too); returns true when it changed.
+    pub fn adopt_majors(&mut self, now: CharMajors) -> bool {
+        self.majors_read_at = Instant::now();
+        if now == self.majors {
+            return false;
+        }
+        self.majors = now;
+        self.majors_generation += 1;
+        true
     }
 
     pub fn enrich(&mut self, access: DeviceAccess) -> Record {

@@ -16,6 +16,11 @@ pub struct CharMajors(BTreeMap<u32, String>);
 pub const PROC_DEVICES_ENV: &str = "GPU_TRACE_PROC_DEVICES";
 
 impl CharMajors {
+    /// Whether `read` reads a copy (PROC_DEVICES_ENV), not the kernel's list.
+    pub fn read_is_a_copy() -> bool {
+        std::env::var_os(PROC_DEVICES_ENV).is_some()
+    }
+
     pub fn read() -> io::Result<Self> {
         let path = std::env::var_os(PROC_DEVICES_ENV).unwrap_or_else(|| "/proc/devices".into());
         Ok(Self::parse(&fs::read_to_string(path)?))

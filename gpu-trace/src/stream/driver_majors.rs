@@ -24,10 +24,20 @@ pub struct DriverMajorsOnTick {
 
 impl DriverMajorsOnTick {
     pub fn tick(&mut self, tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Result<()> {
+        let kernel = self.read_kernel();
+        // One read serves diagnosis too, unless diagnosis reads a copy.
+        match &kernel {
+            Some(kernel) if !CharMajors::read_is_a_copy() => {
+                enricher.adopt_majors(kernel.clone());
+            }
+            _ => {
+                enricher.refresh_majors();
+            }
+        }
         // New accelerator majors first: the classes below skip watched
         // majors, so a just-loaded GPU driver is never marked another's.
         watch_new_majors(tracer, enricher)?;
-        if let Some(kernel) = self.read_kernel() {
+        if let Some(kernel) = kernel {
             tracer.refresh_driver_majors(&kernel)?;
         }
         Ok(())
@@ -58,10 +68,9 @@ impl DriverMajorsOnTick {
 }
 
 /// Accelerator majors registered after start are watched from now on.
-fn watch_new_majors(tracer: &mut Tracer, enricher: &mut Enricher) -> anyhow::Result<()> {
+fn watch_new_majors(tracer: &mut Tracer, enricher: &Enricher) -> anyhow::Result<()> {
     // The enricher may have refreshed already (on an unknown major): compare
     // against the kernel-side filter, not against the last read.
-    enricher.refresh_majors();
     let watched = tracer.watched_majors();
     let new: Vec<u32> = enricher
         .majors()

@@ -36,27 +36,10 @@ const TEST_PACKAGES: [&str; 4] = ["lxc", "runc", "busybox-static", "gcc-multilib
 /// container runtimes' (LXC, runc). The tiers are the folders of
 /// gpu-trace/tests: `lab` runs in the field lab's guest, `lockdown` in the
 /// qemu matrix's, last.
-const NATIVE_KERNEL_TESTS: [&str; 7] = [
-    "test",
-    "--package",
-    "gpu-trace",
-    "--test",
-    "kernel",
-    "--test",
-    "runtimes",
-];
+const NATIVE_KERNEL_TESTS: &str = "test --package gpu-trace --test kernel --test runtimes";
 /// The test binaries the guests run, built statically with gpu-trace.
-pub(crate) const GUEST_TESTS: [&str; 9] = [
-    "test",
-    "--package",
-    "gpu-trace",
-    "--test",
-    "kernel",
-    "--test",
-    "lockdown",
-    "--test",
-    "lab",
-];
+pub(crate) const GUEST_TESTS: &str =
+    "test --package gpu-trace --test kernel --test lockdown --test lab";
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -297,7 +280,7 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     }
     run_checked(
         Command::new(cargo())
-            .args(NATIVE_KERNEL_TESTS)
+            .args(NATIVE_KERNEL_TESTS.split(' '))
             .args(["--", "--test-threads=1"])
             .env(promtool::ENV, &promtool)
             // In CI, a kernel test that skips is a failure.

@@ -139,14 +139,7 @@ fn static_open_loop(dir: &Path) -> anyhow::Result<PathBuf> {
 /// One kernel: boot, let the bench run, and take its JSON from the second
 /// serial port. A kernel that warned on its console gives no results.
 fn boot(series: Series, vmlinuz: &Path, initramfs: &Path) -> anyhow::Result<Value> {
-    let machine = Machine {
-        vmlinuz,
-        initramfs,
-        memory: "1G",
-        append: "",
-        disks: &[],
-    };
-    let run = machine.boot(
+    let run = Machine::busybox(vmlinuz, initramfs).boot(
         &vm_dir().join("bench").join(series.name()),
         &format!("[bench {}] ", series.name()),
         TIMEOUT,

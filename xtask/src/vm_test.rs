@@ -174,14 +174,7 @@ fn boot(
     initramfs: &Path,
     timeout: Duration,
 ) -> anyhow::Result<Outcome> {
-    let machine = Machine {
-        vmlinuz,
-        initramfs,
-        memory: "1G",
-        append: "",
-        disks: &[],
-    };
-    let run = machine.boot(
+    let run = Machine::busybox(vmlinuz, initramfs).boot(
         &vm_dir().join(series.name()),
         &format!("[{}] ", series.name()),
         timeout,

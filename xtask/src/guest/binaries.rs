@@ -31,7 +31,7 @@ const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 2] = [("open32", &["-m32"]), ("u
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked
 /// statically for the guest.
 pub(crate) fn build_guest_binaries() -> anyhow::Result<GuestBinaries> {
-    let messages = build_static(&GUEST_TESTS)?;
+    let messages = build_static(&GUEST_TESTS.split(' ').collect::<Vec<_>>())?;
     apt_install(&["gcc-multilib"])?;
     Ok(GuestBinaries {
         gpu_trace: cargo_executable(&messages, "bin", "gpu-trace")?,

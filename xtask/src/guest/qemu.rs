@@ -223,7 +223,18 @@ pub(crate) struct Machine<'a> {
     pub disks: &'a [&'a Path],
 }
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
+    /// A busybox guest: the kernel and its initramfs, nothing else.
+    pub(crate) fn busybox(vmlinuz: &'a Path, initramfs: &'a Path) -> Self {
+        Self {
+            vmlinuz,
+            initramfs,
+            memory: "1G",
+            append: "",
+            disks: &[],
+        }
+    }
+
     pub(crate) fn command(&self, result_file: &Path) -> Command {
         let (accel, cpu) = if kvm_usable() {
             ("kvm", "host")

@@ -99,6 +99,49 @@ impl NvidiaNode {
         }
     }
 
+    /// One node among many on its major (a GPU, the control node, a MIG
+    /// capability, a switch): a fix allows its minor alone, never the
+    /// major, which would hand over every other. uvm's and nvlink's majors
+    /// serve one purpose each.
+    pub fn is_one_of_many(self) -> bool {
+        !matches!(
+            self,
+            NvidiaNode::Uvm | NvidiaNode::UvmTools | NvidiaNode::Nvlink
+        )
+    }
+
+    /// The minor the driver gives this kind of node, where it is fixed by
+    /// the kind (nvidiaN is 195:N); None where the driver hands it out (a
+    /// MIG capability's is in /proc/driver/nvidia-caps).
+    pub fn fixed_minor(self) -> Option<u32> {
+        match self {
+            NvidiaNode::Ctl | NvidiaNode::NvswitchCtl => Some(255),
+            NvidiaNode::Modeset => Some(254),
+            NvidiaNode::Gpu(n) | NvidiaNode::Nvswitch(n) => Some(n),
+            NvidiaNode::Uvm => Some(0),
+            NvidiaNode::UvmTools => Some(1),
+            NvidiaNode::Cap(_) | NvidiaNode::Nvlink => None,
+        }
+    }
+
+    /// The driver's own helper that makes this node on the host, with the
+    /// driver's mode and group.
+    pub fn maker(self) -> String {
+        match self {
+            NvidiaNode::Uvm | NvidiaNode::UvmTools => "nvidia-modprobe -u -c=0".into(),
+            NvidiaNode::Modeset => "nvidia-modprobe -m".into(),
+            NvidiaNode::Gpu(n) => format!("nvidia-modprobe -c={n}"),
+            NvidiaNode::Ctl => "nvidia-modprobe -c=0".into(),
+            NvidiaNode::Cap(_) => {
+                "nvidia-modprobe -f /proc/driver/nvidia/capabilities/... (the capability's file)"
+                    .into()
+            }
+            NvidiaNode::NvswitchCtl | NvidiaNode::Nvswitch(_) | NvidiaNode::Nvlink => {
+                "nvidia-modprobe".into()
+            }
+        }
+    }
+
     /// Its major is handed out at module load time, not fixed like 195.
     pub fn has_dynamic_major(self) -> bool {
         self.driver() != "nvidia-frontend"

@@ -44,9 +44,9 @@ impl ContainerRuntime for Docker {
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
         vec![format!(
-            "recreate the container with `--device {}` (or `--device-cgroup-rule='c {}:* rmw'`); with the NVIDIA Container Toolkit, `--gpus all` adds every node",
+            "recreate the container with `--device {}` (or `--device-cgroup-rule='{} rmw'`); with the NVIDIA Container Toolkit, `--gpus` naming the GPUs it should have adds their nodes",
             command_word(device.path, NODE_PATH),
-            device.major
+            device.rule()
         )]
     }
 }

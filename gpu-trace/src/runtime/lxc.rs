@@ -55,7 +55,6 @@ impl ContainerRuntime for Lxc {
         // becomes a placeholder there (and the fix says so).
         let config_path = plain_or(device.path, NODE_PATH);
         let in_container = config_path.trim_start_matches('/');
-        let major = device.major;
         let id = &container.id;
         let proxmox = is_proxmox_id(id);
         let (config, restart) = if proxmox {
@@ -73,7 +72,7 @@ impl ContainerRuntime for Lxc {
             )
         };
         let mut fix = vec![
-            format!("add to {}: `lxc.cgroup2.devices.allow: c {major}:* rwm`", command_word(&config, "the container's config")),
+            format!("add to {}: `lxc.cgroup2.devices.allow: {} rwm`", command_word(&config, "the container's config"), device.rule()),
             format!("and, if the node is not in the container yet: `lxc.mount.entry: {config_path} {in_container} none bind,optional,create=file`"),
         ];
         if proxmox {

@@ -25,6 +25,16 @@ use crate::model::container::{Container, Runtime};
 pub const CONTAINER: &str = "CONTAINER";
 pub const NODE_PATH: &str = "NODE_PATH";
 
+impl DeviceToAllow<'_> {
+    /// "c 195:1", or "c 509:*" for a whole major.
+    pub fn rule(&self) -> String {
+        match self.minor {
+            Some(minor) => format!("c {}:{minor}", self.major),
+            None => format!("c {}:*", self.major),
+        }
+    }
+}
+
 /// One component of a cgroup path (relative to the cgroup2 mount), with
 /// what lies above it.
 pub struct PathStep<'a> {
@@ -52,6 +62,9 @@ pub struct DeviceToAllow<'a> {
     /// The node's path, to pass or bind-mount.
     pub path: &'a str,
     pub major: u32,
+    /// The one minor to allow, where the node is one of many on its major
+    /// (a GPU, a render node); None allows the whole major (uvm's).
+    pub minor: Option<u32>,
     /// The driver's name in /proc/devices today, for rules by name
     /// (NVIDIA's frontend is "nvidia" since driver 550, "nvidia-frontend" before).
     pub driver: &'a str,
@@ -165,6 +178,7 @@ mod tests {
     const UVM: DeviceToAllow = DeviceToAllow {
         path: "/dev/nvidia-uvm",
         major: 509,
+        minor: None,
         driver: "nvidia-uvm",
     };
 
@@ -182,6 +196,46 @@ mod tests {
         assert!(fix("/kubepods/besteffort/pod6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8").contains("nvidia.com/gpu"));
         assert!(fix("/machine.slice/libpod-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope").contains("--device /dev/nvidia-uvm"));
         assert!(fix("/user.slice").contains("bpftool cgroup tree"));
+    }
+
+    /// Every runtime's fix for one GPU allows that GPU: its minor or its
+    /// path, never the major (every GPU of the node) or `--gpus all`.
+    #[test]
+    fn a_denied_gpu_is_allowed_alone_in_every_runtime() {
+        let gpu = DeviceToAllow {
+            path: "/dev/nvidia1",
+            major: 195,
+            minor: Some(1),
+            driver: "nvidia",
+        };
+        for cgroup in [
+            "/lxc/200",
+            "/lxc.payload.box",
+            "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+            "/kubepods/besteffort/pod6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+            "/machine.slice/libpod-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope",
+            "/system.slice/ollama.service",
+            "/user.slice",
+        ] {
+            let container = identify(cgroup, &NameSources::default());
+            let room = of(container.runtime);
+            for fix in [
+                room.allow_device(&container, &gpu),
+                room.keep_rules(&container, &gpu),
+            ] {
+                let fix = fix.join(" ");
+                for wide in ["195:*", "char-nvidia", "--gpus all", "gpu=all"] {
+                    assert!(!fix.contains(wide), "{cgroup}: {fix}");
+                }
+            }
+            let fix = room.allow_device(&container, &gpu).join(" ");
+            assert!(
+                fix.contains("c 195:1")
+                    || fix.contains("DeviceAllow=/dev/nvidia1 rw")
+                    || fix.contains("--device /dev/nvidia1`"),
+                "{cgroup}: {fix}"
+            );
+        }
     }
 
     #[test]

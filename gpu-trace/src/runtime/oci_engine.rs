@@ -28,7 +28,7 @@ impl Engine {
 pub(super) fn kubernetes_allow(device: &DeviceToAllow) -> Vec<String> {
     vec![
         "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
-        format!("the node must be allowed as c {}:* rw in the container's device rules", device.major),
+        format!("the node must be allowed as {} rw in the container's device rules", device.rule()),
     ]
 }
 
@@ -50,7 +50,7 @@ pub(super) fn label(runtime: Runtime, id: &str) -> String {
 /// by hand do not.
 pub(super) fn keep_rules() -> Vec<String> {
     vec![
-        "give the container its GPUs as devices (`--gpus all` / `--device`, or CDI specs) so reloads keep them".to_string(),
+        "give the container its GPUs as devices (`--gpus` naming them, `--device`, or CDI specs) so reloads keep them".to_string(),
         "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
         "or let the engine manage cgroups itself: the cgroupfs driver (dockerd `\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]`, containerd `SystemdCgroup = false`), whose rules systemd never re-applies".to_string(),
         "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),

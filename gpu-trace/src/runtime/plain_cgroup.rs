@@ -28,8 +28,8 @@ impl ContainerRuntime for PlainCgroup {
 
     fn allow_device(&self, container: &Container, device: &DeviceToAllow) -> Vec<String> {
         vec![format!(
-            "allow c {}:* rwm in the device policy attached to {} or an ancestor (`bpftool cgroup tree` lists it), i.e. in whatever manages that cgroup",
-            device.major,
+            "allow {} rwm in the device policy attached to {} or an ancestor (`bpftool cgroup tree` lists it), i.e. in whatever manages that cgroup",
+            device.rule(),
             prose(&container.cgroup)
         )]
     }

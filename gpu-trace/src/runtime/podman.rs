@@ -32,7 +32,7 @@ impl ContainerRuntime for Podman {
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
         vec![format!(
-            "recreate the container with `--device {}` (or, with CDI specs, `--device nvidia.com/gpu=all`)",
+            "recreate the container with `--device {}` (or, with CDI specs, `--device nvidia.com/gpu=N` for each GPU it should have)",
             command_word(device.path, NODE_PATH)
         )]
     }

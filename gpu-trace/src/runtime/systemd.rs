@@ -3,7 +3,7 @@
 
 use crate::{
     model::container::{Container, Runtime},
-    runtime::{ContainerRuntime, DeviceToAllow, NameSources, PathStep, CONTAINER},
+    runtime::{ContainerRuntime, DeviceToAllow, NameSources, PathStep, CONTAINER, NODE_PATH},
     text::shell_word::{command_word, plain_or, prose},
 };
 
@@ -34,20 +34,34 @@ impl ContainerRuntime for Systemd {
     }
 
     fn allow_device(&self, container: &Container, device: &DeviceToAllow) -> Vec<String> {
+        // One node of many: by its path, not by the driver's name, which
+        // would allow every node of the major.
+        let rule = match device.minor {
+            Some(_) => format!("`DeviceAllow={} rw`", plain_or(device.path, NODE_PATH)),
+            None => format!(
+                "`DeviceAllow=char-{} rw` (follows the driver's major)",
+                plain_or(device.driver, "DRIVER")
+            ),
+        };
         vec![format!(
-            "in {}: `DeviceAllow=char-{} rw` (follows the driver's major; `systemctl edit {}`)",
+            "in {}: {rule} (`systemctl edit {}`)",
             prose(&container.id),
-            plain_or(device.driver, "DRIVER"),
             command_word(&container.id, CONTAINER)
         )]
     }
 
     fn keep_rules(&self, container: &Container, device: &DeviceToAllow) -> Vec<String> {
-        vec![format!(
-            "in {}: DeviceAllow=char-{} rw (a rule by driver name survives reloads and new majors)",
-            prose(&container.id),
-            plain_or(device.driver, "DRIVER")
-        )]
+        let rule = match device.minor {
+            Some(_) => format!(
+                "DeviceAllow={} rw (the unit's own rule survives reloads)",
+                plain_or(device.path, NODE_PATH)
+            ),
+            None => format!(
+                "DeviceAllow=char-{} rw (a rule by driver name survives reloads and new majors)",
+                plain_or(device.driver, "DRIVER")
+            ),
+        };
+        vec![format!("in {}: {rule}", prose(&container.id))]
     }
 }
 

@@ -625,3 +625,37 @@ fn selftest_refuses_a_shared_tmpdir_and_leaves_nothing_when_interrupted() {
     let cgroup = host.cgroup2_mount.join(format!("gpu-trace-selftest-{pid}"));
     assert!(!cgroup.exists(), "{} left behind", cgroup.display());
 }
+
+/// A container denied one GPU must not be handed every GPU of the node: the
+/// fix allows the denied minor (195:1), never the major 195.
+#[test]
+fn a_denied_gpu_is_fixed_with_its_own_minor_never_the_whole_major() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let cgroup = scratch_cgroup(&host, "one-gpu");
+    let _policy = gpu_trace::scenario::ScratchPolicy::attach(
+        &cgroup,
+        &[(195, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)],
+    )
+    .expect("attach a policy that denies the GPUs");
+    let nodes = DeviceNodes::create(&[("nvidia1", 195, 1)]).expect("mknod");
+    let watcher = Watcher::start(&["--format", "json", "--opens", "full"]);
+    let probe = gpu_trace::scenario::run_probe(
+        Path::new(gpu_trace()),
+        &[&cgroup],
+        &[ProbeOp::Open {
+            path: nodes.path("nvidia1"),
+            mode: OpenMode::ReadWrite,
+        }],
+    )
+    .expect("run probe in scratch cgroup");
+    assert_eq!(probe.results, [libc::EPERM]);
+    let events = watcher.wait_for_events(probe.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["cause"], "device-denied", "{event:#}");
+    let hint = event["hint"].as_str().expect("a fix");
+    assert!(hint.contains("allow c 195:1 rwm"), "{hint}");
+    assert!(!hint.contains("195:*"), "{hint}");
+}

@@ -10,6 +10,7 @@ use crate::{
         diagnosis::{Cause, Diagnosis},
         node::{NvidiaNode, NVIDIA_FRONTEND_MAJOR},
         policy_writer::Manager,
+        vendor::DRM_MAJOR,
     },
     runtime::{self, DeviceToAllow, CONTAINER, NODE_PATH},
     text::shell_word::prose,
@@ -110,9 +111,19 @@ impl Facts {
         let device = DeviceToAllow {
             path: &self.node_path(),
             major: self.major,
+            minor: self.denied_minor(),
             driver: self.driver_name(),
         };
         runtime::allow_device(self.container(), &device)
+    }
+
+    /// The minor a fix allows alone: the denied one, where its node is one
+    /// of many on the major (a GPU, a render node). Seen by the kernel at
+    /// the device check, so the host's, not a name the tenant chose.
+    pub fn denied_minor(&self) -> Option<u32> {
+        let one_of_many =
+            self.node.is_some_and(NvidiaNode::is_one_of_many) || self.major == DRM_MAJOR;
+        one_of_many.then_some(self.minor)
     }
 
     /// What keeps the container's rules for the denied device from being
@@ -121,6 +132,7 @@ impl Facts {
         let device = DeviceToAllow {
             path: &self.node_path(),
             major: self.major,
+            minor: self.denied_minor(),
             driver: self.driver_name(),
         };
         runtime::of(self.container().runtime).keep_rules(self.container(), &device)

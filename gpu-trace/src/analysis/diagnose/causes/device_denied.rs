@@ -25,18 +25,17 @@ mod tests {
     };
 
     #[test]
-    fn rules_by_name_use_the_name_proc_devices_gives_today() {
-        // Driver 550 and later register major 195 as "nvidia".
-        let mut r = denied("/system.slice/cuda-job.service", "/dev/nvidiactl", 195, 255);
-        r.driver = Some("nvidia".into());
-        let diag = diagnosis_of(&r);
-        assert_eq!(diag.cause, Cause::DeviceDenied);
-        assert_has(&diag.hint, "`DeviceAllow=char-nvidia rw`");
-        r.driver = Some("nvidia-frontend".into());
-        assert_has(
-            &diagnosis_of(&r).hint,
-            "`DeviceAllow=char-nvidia-frontend rw`",
-        );
+    fn a_denied_frontend_node_is_allowed_by_its_path_not_by_the_drivers_name() {
+        // A rule by name (char-nvidia, char-nvidia-frontend before driver
+        // 550) would allow every GPU of the node.
+        for driver in ["nvidia", "nvidia-frontend"] {
+            let mut r = denied("/system.slice/cuda-job.service", "/dev/nvidiactl", 195, 255);
+            r.driver = Some(driver.into());
+            let diag = diagnosis_of(&r);
+            assert_eq!(diag.cause, Cause::DeviceDenied);
+            assert_has(&diag.hint, "`DeviceAllow=/dev/nvidiactl rw`");
+            assert!(!diag.hint.contains("char-"), "{}", diag.hint);
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
             &DeviceToAllow {
                 path: &node.dev_path(),
                 major,
+                minor: facts.denied_minor(),
                 driver: node.driver(),
             },
         ),
@@ -61,6 +62,7 @@ fn kfd(facts: &Facts) -> Finding {
         &DeviceToAllow {
             path: KFD_PATH,
             major,
+            minor: None,
             driver: KFD_DRIVER,
         },
     );

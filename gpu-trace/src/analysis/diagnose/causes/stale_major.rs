@@ -8,8 +8,8 @@ use crate::{
         phrasing::{todays_major, Finding},
     },
     model::{access::Verdict, node::NvidiaNode},
-    runtime::{allow_device, DeviceToAllow, NODE_PATH},
-    text::shell_word::{command_word, prose},
+    runtime::{allow_device, DeviceToAllow},
+    text::shell_word::prose,
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
@@ -36,19 +36,29 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
     }
     let path = facts.path_text();
     let shown = prose(&path);
+    // The host makes its own node, at the driver's path with the driver's
+    // helper and mode: never the path, minor or mode of the node the
+    // process opened, which may be a tenant's own mknod.
+    let host_node = node.dev_path();
     let mut fix = vec![format!(
-        "recreate {shown} with today's major: on the host `nvidia-modprobe -u -c=0` (or `mknod -m 666 -- {} c {today} {}`), and restart what bind-mounts it",
-        command_word(&path, NODE_PATH),
-        facts.minor
+        "recreate {host_node} on the host with today's major: `{}`, then restart what bind-mounts it",
+        node.maker()
     )];
-    fix.extend(allow_device(
-        facts.container(),
-        &DeviceToAllow {
-            path: &node.dev_path(),
-            major: today,
-            driver: node.driver(),
-        },
-    ));
+    match node.is_one_of_many().then(|| node.fixed_minor()) {
+        // A MIG capability: its minor is the driver's to give.
+        Some(None) => fix.push(format!(
+            "then allow the minor the host's {host_node} has (`ls -l {host_node}`), not its whole major"
+        )),
+        minor => fix.extend(allow_device(
+            facts.container(),
+            &DeviceToAllow {
+                path: &host_node,
+                major: today,
+                minor: minor.flatten(),
+                driver: node.driver(),
+            },
+        )),
+    }
     Some(Finding {
         explanation: format!(
             "{shown} is c {}:{} but {} has major {today} today (/proc/devices): the node, and maybe the allow rule, predate a reboot or driver update",
@@ -70,8 +80,8 @@ mod tests {
             },
             test_support::record,
         },
+        host::proc_devices::CharMajors,
         model::{access::Verdict, diagnosis::Cause},
-        scenario::pasted::assert_paste_safe,
     };
 
     #[test]
@@ -102,20 +112,39 @@ mod tests {
     }
 
     #[test]
-    fn hostile_paths_reach_the_mknod_hint_as_literal_words() {
+    fn the_host_remakes_its_own_node_never_the_tenants_path_minor_or_mode() {
         for name in HOSTILE {
-            let path = format!("/tmp/{name}/nvidia-uvm");
-            // A stale major (511 is not nvidia-uvm's 509): the mknod hint.
+            // A tenant's own node, with a major no driver has today.
+            let path = format!("/tmp/{name}/nvidia-cap1");
             let stale = denied(
                 "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
                 &path,
-                511,
-                0,
+                240,
+                7,
             );
-            let diag = diagnosis_of(&stale);
+            let majors = CharMajors::parse(
+                "Character devices:\n195 nvidia-frontend\n236 nvidia-caps\n509 nvidia-uvm\n",
+            );
+            let diag = Diagnoser::default()
+                .diagnose(&stale, &majors, 0, None, None)
+                .expect("diagnosis");
             assert_eq!(diag.cause, Cause::StaleMajor);
-            assert_has(&diag.hint, "mknod");
-            assert_paste_safe(&diag.hint, &path);
+            for fix in &diag.fix {
+                assert!(!fix.contains(name) && !fix.contains("mknod"), "{fix}");
+                assert!(!fix.contains(":7") && !fix.contains("666"), "{fix}");
+            }
+            assert_has(
+                &diag.hint,
+                "recreate /dev/nvidia-caps/nvidia-cap1 on the host",
+            );
+            assert_has(&diag.hint, "`ls -l /dev/nvidia-caps/nvidia-cap1`");
         }
+        // A GPU node: today's major with its own minor, not the major.
+        let gpu = denied("/lxc/200", "/dev/nvidia3", 511, 3);
+        let diag = diagnosis_of(&gpu);
+        assert_eq!(diag.cause, Cause::StaleMajor);
+        assert_has(&diag.hint, "`nvidia-modprobe -c=3`");
+        assert_has(&diag.hint, "lxc.cgroup2.devices.allow: c 195:3 rwm");
+        assert!(!diag.hint.contains("195:*"), "{}", diag.hint);
     }
 }

@@ -15,7 +15,7 @@ use crate::{
         cdi_check::stale_entries,
         policy_age::written_after_start,
         policy_writer::writer_of_program,
-        vendor_check::vendor_sets,
+        vendor_check::{vendor_sets, VendorSet},
     },
     cgroup::{
         first_process::first_process, identity::identify, resolver::CgroupResolver,
@@ -59,13 +59,15 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         None => None,
     };
 
-    let mut views = vec![view("host", Path::new("/"), &policy, v1.as_ref(), &majors)];
+    // The nodes as the host sees them, and as the target does when its
+    // root is another.
     let target_root = pid
         .map(|p| PathBuf::from(format!("/proc/{p}/root")))
         .filter(|r| !same_root(r));
-    if let Some(root) = &target_root {
-        views.push(view("target", root, &policy, v1.as_ref(), &majors));
-    }
+    let views: Vec<View> = std::iter::once(("host", Path::new("/")))
+        .chain(target_root.as_deref().map(|root| ("target", root)))
+        .map(|(name, root)| view(name, root, &policy, v1.as_ref(), &majors))
+        .collect();
     let target_view = views.last().expect("the host view is always there");
     let nvidia_uvm_loaded = nvidia_uvm_loaded();
     let vendors = vendor_sets(
@@ -75,26 +77,16 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         &majors,
         &args.vendors,
     );
-    // NVIDIA's set is judged when asked for, or when present, or when no
-    // other vendor is (a host with no accelerator fails on CUDA's nodes).
     let nvidia_present = majors.driver(NVIDIA_FRONTEND_MAJOR).is_some()
         || views.iter().any(|v| !v.nodes.is_empty())
         || nvidia_uvm_loaded;
-    let judge_nvidia = if args.vendors.is_empty() {
-        nvidia_present || vendors.is_empty()
-    } else {
-        args.vendors.contains(&Vendor::Nvidia)
-    };
+    let judge_nvidia = judges_nvidia(&args.vendors, nvidia_present, &vendors);
     let mut problems = if judge_nvidia {
         problems(&views, nvidia_uvm_loaded)
     } else {
         Vec::new()
     };
-    problems.extend(vendors.iter().filter(|s| !s.usable).flat_map(|set| {
-        set.missing
-            .iter()
-            .map(|missing| format!("{} ({}): {missing}", set.vendor.name(), set.stack))
-    }));
+    problems.extend(vendor_problems(&vendors));
     let cdi = cdi_report(&args.cdi_dirs, &majors);
     let warnings = warnings(&views[0], &cdi);
     let usable =
@@ -115,11 +107,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         problems,
         warnings,
         cdi,
-        stacks: judge_nvidia
-            .then_some("CUDA")
-            .into_iter()
-            .chain(vendors.iter().map(|set| set.stack))
-            .collect(),
+        stacks: stacks(judge_nvidia, &vendors),
         vendors,
     };
     print(&report, args.format)?;
@@ -127,6 +115,34 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         exit_status::OK
     } else {
         exit_status::FAILURE
+    })
+}
+
+/// NVIDIA's set is judged when asked for, or when present, or when no
+/// other vendor is (a host with no accelerator fails on CUDA's nodes).
+fn judges_nvidia(asked: &[Vendor], nvidia_present: bool, others: &[VendorSet]) -> bool {
+    if asked.is_empty() {
+        nvidia_present || others.is_empty()
+    } else {
+        asked.contains(&Vendor::Nvidia)
+    }
+}
+
+/// The stacks judged: CUDA's when NVIDIA's set is, then each vendor's.
+fn stacks(judge_nvidia: bool, vendors: &[VendorSet]) -> Vec<&'static str> {
+    judge_nvidia
+        .then_some("CUDA")
+        .into_iter()
+        .chain(vendors.iter().map(|set| set.stack))
+        .collect()
+}
+
+/// What each vendor's unusable set lacks.
+fn vendor_problems(vendors: &[VendorSet]) -> impl Iterator<Item = String> + '_ {
+    vendors.iter().filter(|s| !s.usable).flat_map(|set| {
+        set.missing
+            .iter()
+            .map(|missing| format!("{} ({}): {missing}", set.vendor.name(), set.stack))
     })
 }
 

@@ -26,12 +26,16 @@ pub const CONTAINER: &str = "CONTAINER";
 pub const NODE_PATH: &str = "NODE_PATH";
 
 impl DeviceToAllow<'_> {
-    /// "c 195:1", or "c 509:*" for a whole major.
     pub fn rule(&self) -> String {
-        match self.minor {
-            Some(minor) => format!("c {}:{minor}", self.major),
-            None => format!("c {}:*", self.major),
-        }
+        char_rule(self.major, self.minor)
+    }
+}
+
+/// "c 195:1", or "c 509:*" for a whole major.
+pub fn char_rule(major: u32, minor: Option<u32>) -> String {
+    match minor {
+        Some(minor) => format!("c {major}:{minor}"),
+        None => format!("c {major}:*"),
     }
 }
 

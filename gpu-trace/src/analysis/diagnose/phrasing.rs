@@ -117,6 +117,12 @@ impl Facts {
         runtime::allow_device(self.container(), &device)
     }
 
+    /// The denied device as a rule: "c 195:1", or "c 509:*" for a major
+    /// that serves one purpose.
+    pub fn denied_rule(&self) -> String {
+        runtime::char_rule(self.major, self.denied_minor())
+    }
+
     /// The minor a fix allows alone: the denied one, where its node is one
     /// of many on the major (a GPU, a render node). Seen by the kernel at
     /// the device check, so the host's, not a name the tenant chose.

@@ -13,7 +13,8 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     if facts.verdict != Verdict::DeniedAfterBpf {
         return None;
     }
-    let major = facts.major;
+    // The denied minor alone where its node is one of many on the major.
+    let rule = facts.denied_rule();
     Some(Finding {
         explanation: format!(
             "the BPF device policies allowed {} for {}, but the open still got EPERM: the cgroup v1 devices controller (devices.list) denies it",
@@ -22,10 +23,10 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
         ),
         fix: vec![
             format!(
-                "for now: `echo 'c {major}:* rwm' > /sys/fs/cgroup/devices/CGROUP/devices.allow`, CGROUP being the process's devices cgroup (see /proc/PID/cgroup)"
+                "for now: `echo '{rule} rwm' > /sys/fs/cgroup/devices/CGROUP/devices.allow`, CGROUP being the process's devices cgroup (see /proc/PID/cgroup)"
             ),
             format!(
-                "to keep it: add the rule to the runtime's config (LXC on cgroup v1: `lxc.cgroup.devices.allow: c {major}:* rwm`; Docker: `--device-cgroup-rule='c {major}:* rmw'`)"
+                "to keep it: add the rule to the runtime's config (LXC on cgroup v1: `lxc.cgroup.devices.allow: {rule} rwm`; Docker: `--device-cgroup-rule='{rule} rmw'`)"
             ),
         ],
     })
@@ -51,5 +52,17 @@ mod tests {
         let diag = diagnosis_of(&r);
         assert_eq!(diag.cause, Cause::V1DevicesList);
         assert!(diag.hint.contains("devices.allow") && diag.hint.contains("c 509:* rmw"));
+        // One GPU of the node: its minor, not the major.
+        let gpu = record(
+            "/docker/abc",
+            "/dev/nvidia2",
+            195,
+            2,
+            Verdict::DeniedAfterBpf,
+            -1,
+        );
+        let hint = diagnosis_of(&gpu).hint.clone();
+        assert!(hint.contains("echo 'c 195:2 rwm'"), "{hint}");
+        assert!(!hint.contains("195:*"), "{hint}");
     }
 }

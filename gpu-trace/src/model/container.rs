@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Runtime {
     Lxc,
@@ -30,7 +30,7 @@ impl Runtime {
 }
 
 /// Read back from watch's logs by `summary`, so serialized and read alike.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Container {
     pub runtime: Runtime,
     /// LXC name or Proxmox CT id, container id, unit name, or the cgroup path.

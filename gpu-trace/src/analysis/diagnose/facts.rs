@@ -30,7 +30,8 @@ pub(super) struct Facts {
     /// groups, its security module); None for the rest, so that a retry
     /// loop spread over many processes is diagnosed once.
     pub pid: Option<u32>,
-    pub container: Same<Rendered<Container>>,
+    /// By value: an unresolved cgroup gets a new one with each record.
+    pub container: ByValue<Rendered<Container>>,
     /// Enrichment: the major's driver today, the node's name and kind.
     pub driver: Option<String>,
     pub device: Option<String>,
@@ -66,7 +67,7 @@ impl Facts {
             path: open.map(|o| o.path.clone()),
             ret,
             pid: reads_process.then_some(a.pid),
-            container: Same(Rc::clone(&record.container)),
+            container: ByValue(Rc::clone(&record.container)),
             driver: record.driver.clone(),
             device: record.device.clone(),
             node: record.node,
@@ -109,6 +110,31 @@ pub(super) struct Context<'a> {
     pub frontend_allowed: bool,
     /// Everything else read from the host, on each new diagnosis.
     pub host: &'a Host,
+}
+
+/// A shared value compared and hashed by what it holds (by its allocation
+/// first, which is the common case and costs nothing).
+#[derive(Debug)]
+pub(super) struct ByValue<T>(pub Rc<T>);
+
+impl<T> Clone for ByValue<T> {
+    fn clone(&self) -> Self {
+        Self(Rc::clone(&self.0))
+    }
+}
+
+impl<T: std::ops::Deref<Target = U>, U: PartialEq> PartialEq for ByValue<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.0, &other.0) || **self.0 == **other.0
+    }
+}
+
+impl<T: std::ops::Deref<Target = U>, U: Eq> Eq for ByValue<T> {}
+
+impl<T: std::ops::Deref<Target = U>, U: std::hash::Hash> std::hash::Hash for ByValue<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self.0).hash(state)
+    }
 }
 
 /// A shared value compared and hashed by its allocation: the caches that

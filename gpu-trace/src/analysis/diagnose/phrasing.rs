@@ -109,12 +109,31 @@ impl Facts {
     /// usual path, the major denied, its driver's name today.
     pub fn allow_denied(&self) -> Vec<String> {
         let device = DeviceToAllow {
-            path: &self.node_path(),
+            path: &self.host_node_path(),
             major: self.major,
             minor: self.denied_minor(),
             driver: self.driver_name(),
         };
         runtime::allow_device(self.container(), &device)
+    }
+
+    /// Where the host has the denied node, for a fix to name: NVIDIA's own
+    /// path where the kernel's numbers are that node's, else udev's
+    /// `/dev/char/MAJ:MIN` for one node of many. Never the path the process
+    /// opened, which may be a tenant's own link or mknod, but for a
+    /// single-purpose major's node, whose rule is the whole major anyway.
+    pub fn host_node_path(&self) -> String {
+        let numbers_agree = |node: NvidiaNode| {
+            node.fixed_minor() == Some(self.minor)
+                && node.has_dynamic_major() != (self.major == NVIDIA_FRONTEND_MAJOR)
+        };
+        match self.node {
+            Some(node) if numbers_agree(node) => node.dev_path(),
+            _ if self.denied_minor().is_some() => {
+                format!("/dev/char/{}:{}", self.major, self.minor)
+            }
+            _ => self.node_path(),
+        }
     }
 
     /// The denied device as a rule: "c 195:1", or "c 509:*" for a major
@@ -136,7 +155,7 @@ impl Facts {
     /// rewritten, in its runtime's words.
     pub fn keep_denied_rules(&self) -> Vec<String> {
         let device = DeviceToAllow {
-            path: &self.node_path(),
+            path: &self.host_node_path(),
             major: self.major,
             minor: self.denied_minor(),
             driver: self.driver_name(),

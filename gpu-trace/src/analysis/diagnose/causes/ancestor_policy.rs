@@ -9,7 +9,7 @@ use crate::{
     },
     host::systemd_units::unit_of_cgroup,
     model::policy_writer::Manager,
-    runtime::CONTAINER,
+    runtime::{CONTAINER, NODE_PATH},
     text::shell_word::{command_word, plain_or, prose},
 };
 
@@ -25,10 +25,15 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     let fix = match unit_of_cgroup(attached_at) {
         Some(unit) if writer == Some(Manager::Systemd) => {
             let unit_word = command_word(unit, CONTAINER);
+            // One node of many by its path: the driver's name would allow
+            // every node of the major to every unit below.
+            let entry = match facts.denied_minor() {
+                Some(_) => plain_or(&facts.host_node_path(), NODE_PATH).to_string(),
+                None => format!("char-{}", plain_or(facts.driver_name(), "DRIVER")),
+            };
             vec![
                 format!(
-                    "allow it in {unit_word}, whose policy every unit below it inherits: `systemctl set-property {unit_word} DeviceAllow='char-{} rw'`",
-                    plain_or(facts.driver_name(), "DRIVER")
+                    "allow it in {unit_word}, whose policy every unit below it inherits: `systemctl set-property {unit_word} DeviceAllow='{entry} rw'`"
                 ),
                 format!("or run {} outside {unit_word}", facts.label()),
             ]

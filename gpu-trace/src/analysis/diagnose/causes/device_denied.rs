@@ -39,14 +39,27 @@ mod tests {
     }
 
     #[test]
-    fn hostile_paths_reach_the_device_hint_as_literal_words() {
+    fn hostile_paths_never_reach_a_fix_for_one_node_of_many() {
         for name in HOSTILE {
-            // A device with no NVIDIA node: the --device hint names the path.
+            // A render node opened through a path the tenant chose: the
+            // fix names the host's link for the numbers the kernel saw.
             let path = format!("/tmp/{name}/card");
-            let mut other = denied(
+            let mut drm = denied(
                 "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
                 &path,
                 226,
+                0,
+            );
+            drm.node = None;
+            let diag = diagnosis_of(&drm);
+            assert_has(&diag.hint, "`--device /dev/char/226:0`");
+            assert!(!diag.hint.contains(name), "{}", diag.hint);
+            // A single-purpose major: the path opened, as a literal word.
+            let path = format!("/tmp/{name}/accel");
+            let mut other = denied(
+                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
+                &path,
+                240,
                 0,
             );
             other.node = None;

@@ -44,20 +44,22 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
         "recreate {host_node} on the host with today's major: `{}`, then restart what bind-mounts it",
         node.maker()
     )];
-    match node.is_one_of_many().then(|| node.fixed_minor()) {
-        // A MIG capability: its minor is the driver's to give.
-        Some(None) => fix.push(format!(
-            "then allow the minor the host's {host_node} has (`ls -l {host_node}`), not its whole major"
-        )),
-        minor => fix.extend(allow_device(
+    if node.is_one_of_many() {
+        // Which GPU (or capability) the node stood for is only its name,
+        // which the tenant may have chosen: no rule is built from it.
+        fix.push(format!(
+            "then allow the container the nodes it should have, each by its own minor (`ls -l {host_node}` on the host), not the whole major"
+        ));
+    } else {
+        fix.extend(allow_device(
             facts.container(),
             &DeviceToAllow {
                 path: &host_node,
                 major: today,
-                minor: minor.flatten(),
+                minor: None,
                 driver: node.driver(),
             },
-        )),
+        ));
     }
     Some(Finding {
         explanation: format!(
@@ -137,14 +139,21 @@ mod tests {
                 &diag.hint,
                 "recreate /dev/nvidia-caps/nvidia-cap1 on the host",
             );
-            assert_has(&diag.hint, "`ls -l /dev/nvidia-caps/nvidia-cap1`");
+            assert_has(
+                &diag.hint,
+                "`ls -l /dev/nvidia-caps/nvidia-cap1` on the host",
+            );
         }
-        // A GPU node: today's major with its own minor, not the major.
+        // A GPU node: which GPU is only its name, so no rule is built
+        // from it, and never the whole major.
         let gpu = denied("/lxc/200", "/dev/nvidia3", 511, 3);
         let diag = diagnosis_of(&gpu);
         assert_eq!(diag.cause, Cause::StaleMajor);
         assert_has(&diag.hint, "`nvidia-modprobe -c=3`");
-        assert_has(&diag.hint, "lxc.cgroup2.devices.allow: c 195:3 rwm");
-        assert!(!diag.hint.contains("195:*"), "{}", diag.hint);
+        assert_has(
+            &diag.hint,
+            "each by its own minor (`ls -l /dev/nvidia3` on the host)",
+        );
+        assert!(!diag.hint.contains("195:"), "{}", diag.hint);
     }
 }

@@ -168,8 +168,7 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
     rotated_flag.store(true, Ordering::Release);
     let produced = producer.join().expect("producer");
     thread::sleep(Duration::from_millis(300));
-    let (status, stderr) = watcher.stop();
-    assert!(status.success(), "{stderr:#?}");
+    let stderr = watcher.stop_cleanly();
     let before = parse_lines(&fs::read_to_string(&rotated).expect("rotated file"));
     let after = parse_lines(&fs::read_to_string(&log).expect("the new file"));
     assert!(
@@ -252,8 +251,7 @@ fn filters_narrow_the_stream() {
             want_b,
             "{filter:?}: cgroup b"
         );
-        let (status, stderr) = watcher.stop();
-        assert!(status.success());
+        let stderr = watcher.stop_cleanly();
         // The filter hid them, not a watcher that saw nothing.
         let (summary, number) = summary_counts(&stderr);
         assert_eq!(
@@ -277,8 +275,7 @@ fn filters_narrow_the_stream() {
         watcher.events_of(a.pid).is_empty(),
         "--pid 1 hides other processes"
     );
-    let (status, stderr) = watcher.stop();
-    assert!(status.success());
+    let stderr = watcher.stop_cleanly();
     let (summary, number) = summary_counts(&stderr);
     assert_eq!(
         number("denied"),
@@ -376,8 +373,7 @@ fn metrics_count_every_denial_over_http() {
             String::from_utf8_lossy(&checked.stderr)
         );
     }
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 /// Resident anonymous memory of a process (heap and stacks), in KiB: what a
@@ -446,8 +442,7 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
         .map(|p| p.join().expect("producer"))
         .sum();
     thread::sleep(Duration::from_millis(500));
-    let (status, stderr) = watcher.stop();
-    assert!(status.success());
+    let stderr = watcher.stop_cleanly();
     eprintln!("soak: {produced} denials in {SECONDS} s; watch's anonymous RSS {early} KiB after 5 s, {late} KiB at the end");
     // Room for growth that happens once: in the emulated guests, whose slow
     // drain lets bursts pile up, heap and buffers reach their size after the
@@ -490,8 +485,7 @@ fn containers_started_after_watch_are_covered_without_a_restart() {
     )
     .expect("probe");
     let events = watcher.wait_for_events(child.pid, 1);
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(
         events[0]["cgroup"],
@@ -609,8 +603,7 @@ fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
         let ops = vec![incident.open_rw("nvidia-uvm"); denials];
         let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
         assert!(child.results.iter().all(|&r| r == libc::EPERM));
-        let (status, stderr) = watcher.stop();
-        assert!(status.success());
+        let stderr = watcher.stop_cleanly();
         assert!(stderr.iter().any(|l| l.contains("lost 0")), "{stderr:#?}");
         if rotate {
             let text = fs::read(&log).expect("read log");

@@ -121,6 +121,5 @@ fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
         )),
         "{explanation}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }

@@ -145,12 +145,10 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
         assert_eq!(json.wait_for_events(pid, 1).len(), 1);
     }
     let json_lines = json.lines();
-    let (status, _) = json.stop();
-    assert!(status.success());
+    json.stop_cleanly();
     thread::sleep(Duration::from_millis(300)); // the human watcher's lines too
     let human_lines = human.lines();
-    let (status, _) = human.stop();
-    assert!(status.success());
+    human.stop_cleanly();
 
     // JSON keeps each name exactly, yet no line holds a raw control, DEL,
     // C1 or bidi character, and every command in a hint is paste-safe.
@@ -343,8 +341,7 @@ fn metrics_series_are_capped_and_their_sum_exact() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(ours, f64::from(MINORS), "{body}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
@@ -384,8 +381,7 @@ fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
     let mut names = names;
     names.sort_unstable();
     assert_eq!(names, ["gt_scratch_dev", "observe_device"], "{report}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
@@ -427,8 +423,7 @@ fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
     )
     .expect("SIGHUP");
     watcher.wait_for_stderr("gpu-trace: reopening the output after SIGHUP");
-    let (status, stderr) = watcher.stop();
-    assert!(status.success(), "{stderr:#?}");
+    let stderr = watcher.stop_cleanly();
     assert!(
         says(&stderr, "gpu-trace: detached;", "failed reopens 1"),
         "{stderr:#?}"
@@ -564,8 +559,7 @@ fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
     drop(idle);
     let body = scrape(&addr);
     assert!(body.contains("gpu_trace_denied_total{"), "{body}");
-    let (status, stderr) = watcher.stop();
-    assert!(status.success(), "{stderr:#?}");
+    let stderr = watcher.stop_cleanly();
     assert!(!says(&stderr, "gpu-trace: reopening", ""), "{stderr:#?}");
 }
 

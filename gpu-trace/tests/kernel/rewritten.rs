@@ -127,8 +127,7 @@ fn watch_names_a_denial_by_rules_written_after_the_start_a_rewrite() {
         events[0]
     );
 
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     for child in [&mut first, &mut second] {
         child.kill().expect("kill sleep");
         child.wait().expect("reap sleep");

@@ -90,8 +90,7 @@ fn watch_works_with_exactly_the_units_capabilities() {
         incident.policy.program_id().map(u64::from)
     );
     assert!(event["cause"].is_string(), "{event:#}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 
     // Without CAP_SYS_ADMIN the denial is still seen, but the program that
     // denied it cannot be read by id: the capability is what names it.
@@ -108,6 +107,5 @@ fn watch_works_with_exactly_the_units_capabilities() {
         "named without CAP_SYS_ADMIN: {:#}",
         events[0]
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }

@@ -332,8 +332,7 @@ fn allowed_access_is_reported_only_with_all() {
         } else {
             events
         };
-        let (status, _) = watcher.stop();
-        assert!(status.success());
+        watcher.stop_cleanly();
 
         let majors: Vec<&Value> = events.iter().map(|e| &e["major"]).collect();
         if expect_allowed {
@@ -475,8 +474,7 @@ fn denied_by_devices_deny(
         nodes.path("nvidia-uvm"),
         OpenMode::Read,
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     event
 }
 
@@ -529,8 +527,7 @@ fn observer_never_changes_a_verdict() {
     let watcher = Watcher::start(&["--format", "json", "--all", "--all-devices"]);
     let with = run_probe(Path::new(gpu_trace()), &[&cgroup], &ops).expect("probe with gpu-trace");
     let seen = watcher.wait_for_events(with.pid, ops.len());
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 
     for ((op, before), after) in ops.iter().zip(&without.results).zip(&with.results) {
         assert_eq!(
@@ -758,8 +755,7 @@ fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
     kill(watcher_pid, Signal::SIGCONT).expect("resume the watcher");
 
     let events = watcher.wait_for_events(child.pid, 1);
-    let (status, stderr) = watcher.stop();
-    assert!(status.success(), "{stderr:#?}");
+    watcher.stop_cleanly();
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(
         events[0]["cgroup"],
@@ -812,8 +808,7 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
         explanation.contains(&format!("kfd's major {kfd} (AMD's ROCm compute node)")),
         "{explanation}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     // --vendor nvidia reports an NVIDIA denial made after the kfd one...
     let (_, nvidia) = denied_open(
         &nvidia_only,
@@ -865,8 +860,7 @@ fn a_watched_major_whose_driver_is_gone_is_reported_when_its_open_fails_enxio() 
     assert_eq!(event["errno"], "ENXIO", "{event:#}");
     assert_eq!(event["verdict"], "allowed", "{event:#}");
     assert_eq!(event["path"], node.0.to_str().expect("utf-8"), "{event:#}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 /// The char majors the ready line says are watched.
@@ -921,8 +915,7 @@ fn watch_watches_a_driver_major_registered_after_start() {
     assert_eq!(event["driver"], "nvidia-uvm", "{event:#}");
     assert_eq!(event["device"], "nvidia-uvm", "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
@@ -984,8 +977,7 @@ fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
 
     bind_in_mount_namespace_of(watcher_pid, None, Path::new("/proc/devices"));
     watcher.wait_for_stderr("gpu-trace: /proc/devices is readable again");
-    let (status, stderr) = watcher.stop();
-    assert!(status.success(), "{stderr:#?}");
+    let stderr = watcher.stop_cleanly();
     assert!(
         stderr
             .iter()

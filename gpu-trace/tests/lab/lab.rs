@@ -48,6 +48,13 @@ fn lab_test(name: &str) -> Option<Lab> {
     })
 }
 
+/// The lab, with the stand-in driver loaded with `params`.
+fn lab_with_driver(name: &str, params: &[&str]) -> Option<(Lab, Driver)> {
+    let lab = lab_test(name)?;
+    let driver = Driver::load(&lab, params);
+    Some((lab, driver))
+}
+
 /// The stand-in driver, loaded with `params`; unloaded when dropped.
 struct Driver;
 
@@ -241,6 +248,13 @@ fn events_of_container(watcher: &Watcher, name: &str, count: usize) -> Vec<Value
     }
 }
 
+/// The one JSON event watch wrote for the container named `name`.
+fn only_event_of_container(watcher: &Watcher, name: &str) -> Value {
+    let mut events = events_of_container(watcher, name, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    events.remove(0)
+}
+
 fn fix_text(event: &Value) -> String {
     event["hint"].as_str().unwrap_or_default().to_string()
 }
@@ -273,10 +287,9 @@ const GPU_PASSED_UVM_MOUNTED: [&str; 6] = [
 
 #[test]
 fn docker_uvm_denied_while_195_allowed_is_the_incident() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     let watcher = Watcher::start(&["--format", "json"]);
 
@@ -285,9 +298,7 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
     container.open("/dev/nvidiactl").expect("nvidiactl opens");
     assert_denied(container.open("/dev/nvidia-uvm"));
 
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     let scope = container.cgroup();
     assert_eq!(
         scope,
@@ -325,8 +336,7 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
     );
     allowed.open("/dev/nvidia-uvm").expect("nvidia-uvm opens");
     thread::sleep(Duration::from_secs(1));
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     drop(container);
 }
 
@@ -355,23 +365,19 @@ fn a_driver_loaded_after_watch_started_is_watched() {
         &["--device", "/dev/nvidiactl", "-v", "/dev:/hostdev"],
     );
     assert_denied(container.open("/hostdev/nvidia-uvm"));
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(event["driver"], "nvidia-uvm", "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     drop(container);
 }
 
 #[test]
 fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     let name = "gt-lab-reload";
     let container = Container::start(
@@ -403,9 +409,7 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
     assert!(programs.iter().any(|(id, _)| *id == hook), "{programs:?}");
     assert_denied(container.open("/dev/nvidia-uvm"));
 
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
     assert_eq!(event["denied_by"]["id"], systemds[0], "{event:#}");
@@ -463,16 +467,14 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
             .any(|p| p["id"].as_u64() == Some(u64::from(systemds[0]))),
         "{report:#}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
 fn docker_update_makes_runc_rewrite_a_patched_policy() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     let name = "gt-lab-update";
     let container = Container::start(
@@ -500,9 +502,7 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
     );
     assert_denied(container.open("/dev/nvidia-uvm"));
 
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
     assert_eq!(
@@ -521,8 +521,7 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
         "runc"
     };
     assert_eq!(writer_of(event), expected_writer, "{event:#}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
@@ -599,8 +598,7 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
             .is_some_and(|e| e.contains(&format!("major {new} today"))),
         "{stranded:#}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     // The watch that ran through the reload says the same: the new major,
     // watched since the reload, is denied; the old one, still watched, no
     // longer has a driver.
@@ -623,17 +621,15 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
         majors_and_causes(&events),
         "{seen_through:#?}"
     );
-    let (status, _) = through.stop();
-    assert!(status.success());
+    through.stop_cleanly();
     let _ = fs::remove_dir_all(stale_dir);
 }
 
 #[test]
 fn podman_and_systemd_denials_name_the_container_and_the_unit() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     let watcher = Watcher::start(&["--format", "json"]);
 
@@ -650,9 +646,7 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
         ],
     );
     assert_denied(container.open("/dev/nvidia-uvm"));
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["container"]["runtime"], "podman", "{event:#}");
     assert_eq!(event["major"], uvm, "{event:#}");
     // crun 1.8 attaches at the scope's `container` child, not at the scope.
@@ -689,8 +683,7 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
         format!("/system.slice/{unit}.service"),
         "{service:#}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 /// The first event watch wrote about a systemd unit and char major `major`.
@@ -748,16 +741,14 @@ fn a_device_allow_name_the_driver_no_longer_has_is_named() {
     assert_eq!(event["cause"], "device-allow-name-unresolved", "{event:#}");
     let fix = fix_text(&event);
     assert!(fix.contains("`DeviceAllow=char-nvidia rw`"), "{fix}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
 fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((_lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     // No dash: systemd nests "a-b.slice" under "a.slice".
     let slice = "gtlabgpu.slice";
@@ -793,18 +784,16 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
         )),
         "{fix}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     let _ = fs::remove_file(&unit_file);
     let _ = run("systemctl", &["daemon-reload"]);
 }
 
 #[test]
 fn podman_with_a_second_program_at_its_scope_is_stacked() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     let name = "gt-lab-stacked";
     let container = Container::start(
@@ -828,9 +817,7 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
 
     let watcher = Watcher::start(&["--format", "json"]);
     assert_denied(container.open("/dev/nvidia-uvm"));
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(
         event["denied_by"]["attached_at"],
@@ -848,16 +835,14 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
         "{event:#}"
     );
     assert_eq!(event["cause"], "stacked-programs", "{event:#}");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
 fn a_runtime_config_with_no_cgroups_is_named() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     make_nodes();
     let config = Path::new("/etc/nvidia-container-runtime/config.toml");
     fs::create_dir_all(config.parent().expect("a folder")).expect("config folder");
@@ -875,9 +860,7 @@ fn a_runtime_config_with_no_cgroups_is_named() {
         &["-v", "/dev/nvidiactl:/dev/nvidiactl"],
     );
     assert_denied(container.open("/dev/nvidiactl"));
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], FRONTEND, "{event:#}");
     assert_eq!(event["cause"], "no-cgroups-hook", "{event:#}");
     assert!(
@@ -887,17 +870,15 @@ fn a_runtime_config_with_no_cgroups_is_named() {
         )),
         "{event:#}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     let _ = fs::remove_file(config);
 }
 
 #[test]
 fn an_apparmor_profile_that_refuses_the_node_is_named() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
     // Everything a container needs, less the uvm node.
     let profile = "gt-lab-no-uvm";
@@ -928,9 +909,7 @@ fn an_apparmor_profile_that_refuses_the_node_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Permission denied"), "{stderr}");
 
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(event["errno"], "EACCES", "{event:#}");
     assert_eq!(event["verdict"], "denied", "{event:#}");
@@ -941,8 +920,7 @@ fn an_apparmor_profile_that_refuses_the_node_is_named() {
         explanation.contains(&format!("profile {profile}, enforce mode")),
         "{explanation}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
     drop(container);
     let _ = run("apparmor_parser", &["-R", file.to_str().expect("UTF-8")]);
     let _ = fs::remove_file(&file);
@@ -1060,9 +1038,7 @@ fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
         "cat /dev/nvidiactl; cat /dev/nvidia-uvm; sleep 3",
     );
     container.start();
-    let events = events_of_container(&watcher, &container.name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, &container.name);
     assert_eq!(event["container"]["runtime"], "lxc", "{event:#}");
     assert_eq!(event["major"], new, "{event:#}");
     assert_eq!(
@@ -1076,25 +1052,21 @@ fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
         fix.contains(&format!("lxc.cgroup2.devices.allow: c {new}:* rwm")),
         "{fix}"
     );
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 }
 
 #[test]
 fn a_docker_container_denied_the_real_kfd_is_amds() {
-    let Some(lab) = lab_test(test_name!()) else {
+    let Some((lab, _driver)) = lab_with_driver(test_name!(), &["kfd=1"]) else {
         return;
     };
-    let _driver = Driver::load(&lab, &["kfd=1"]);
     let kfd = major_of("kfd").expect("kfd in /proc/devices");
     mknod(Path::new("/dev/kfd"), kfd, 0);
     let watcher = Watcher::start(&["--format", "json"]);
     let name = "gt-lab-rocm";
     let container = Container::start("docker", &lab, name, &["-v", "/dev/kfd:/dev/kfd"]);
     assert_denied(container.open("/dev/kfd"));
-    let events = events_of_container(&watcher, name, 1);
-    assert_eq!(events.len(), 1, "{events:#?}");
-    let event = &events[0];
+    let event = &only_event_of_container(&watcher, name);
     assert_eq!(event["major"], kfd, "{event:#}");
     assert_eq!(event["driver"], "kfd", "{event:#}");
     assert_eq!(event["vendor"], "amd", "{event:#}");
@@ -1112,8 +1084,7 @@ fn a_docker_container_denied_the_real_kfd_is_amds() {
         &["--device", "/dev/kfd"],
     );
     passed.open("/dev/kfd").expect("kfd opens when passed");
-    let (status, _) = watcher.stop();
-    assert!(status.success());
+    watcher.stop_cleanly();
 
     // check --vendor amd: ROCm needs kfd and a render node in the
     // container, both allowed.

@@ -214,6 +214,13 @@ impl Watcher {
         self.finish()
     }
 
+    /// Stops it, insists that it ended well, and returns its stderr.
+    pub fn stop_cleanly(self) -> Vec<String> {
+        let (status, stderr) = self.stop();
+        assert!(status.success(), "watch ended with {status}: {stderr:#?}");
+        stderr
+    }
+
     /// Stops it and returns, besides, every event of `pid` it wrote, also
     /// those written while it shut down (folded records, for one).
     pub fn stop_with_events(mut self, pid: u32) -> (ExitStatus, Vec<String>, Vec<Value>) {

@@ -4,6 +4,7 @@
 
 pub mod first_process;
 pub mod identity;
+pub mod path_cache;
 pub mod resolver;
 pub mod spawn;
 pub mod target;

@@ -11,42 +11,63 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
-use crate::host::cgroup_tree::subdirectories;
+use super::path_cache::PathCache;
+use crate::host::{
+    cgroup_handle::{ById, CgroupHandles},
+    cgroup_tree::subdirectories,
+};
 
 /// The path of a cgroup made since start, by id, as the kernel noted it.
 type PathOfCgroupMade = Box<dyn Fn(u64) -> Option<PathBuf>>;
 
-type PathsById = FxHashMap<u64, PathBuf>;
+/// Bytes of cgroup paths kept: a tenant's 40 000 cgroups with 3.9 KB paths
+/// would be 160 MB; past this, paths are named again when next met.
+pub const PATHS_BUDGET: usize = 4 << 20;
 
 /// Resolves cgroup ids to paths relative to the cgroup2 mount ("/lxc/200").
 ///
-/// Tenants make cgroups, as many as they like: an id nobody can name must
-/// not stall the events behind it. So after the first walk (at the first
-/// lookup), a miss consults the kernel's note of cgroups made since start,
-/// then answers None and asks for a new walk, which runs on its own thread;
-/// its result replaces the table (dropping cgroups since removed). Walks
-/// start no sooner than `RESCAN_PAUSE` (or ten times the last walk's
+/// Tenants make cgroups, as many as they like, with names as long as they
+/// like: so the resolver opens the one cgroup it is asked about by its id
+/// (a file handle) and keeps what it learnt in a cache bounded in bytes,
+/// never a table of the whole host. A cgroup already removed is named from
+/// the kernel's note of cgroups made since start.
+///
+/// Where the kernel will not open cgroups by handle, the tree is walked
+/// instead, off the event thread and bounded by the same budget: after the
+/// first walk, a miss consults the kernel's note, then answers None and
+/// asks for a new walk on its own thread, whose result replaces the table.
+/// Walks start no sooner than `RESCAN_PAUSE` (or ten times the last walk's
 /// length) after the previous one ended, and an id still unknown after a
 /// walk is not asked about again until the next.
 pub struct CgroupResolver {
     mount: PathBuf,
-    by_id: PathsById,
-    /// Ids no walk or note named, until the next walk lands.
-    unresolved: FxHashSet<u64>,
-    /// A walk on its own thread: the table and how long the walk took.
-    walk: Option<JoinHandle<(Walked, Duration)>>,
-    /// When the last walk ended, and how long it took.
-    last_walk: Option<(Instant, Duration)>,
-    /// The root's count of descendants when the last walk began: fewer now
-    /// means cgroups were removed, and their entries can go.
-    descendants_at_walk: Option<u64>,
-    /// Ids named from the kernel's note since the last walk.
-    named_since_walk: usize,
+    /// Opens a cgroup by id; None where the kernel refuses.
+    handles: Option<CgroupHandles>,
+    paths: PathCache,
+    /// The root's count of descendants at the last look: fewer now means
+    /// cgroups were removed, and what was kept for them can go.
+    descendants_seen: Option<u64>,
+    /// Times the cache was emptied to stay in its budget.
+    pub evictions: u64,
+    walks: Walks,
     /// The kernel's note of each cgroup made since start: names a cgroup
     /// already removed, and one made since the last walk, without a walk.
     made: Option<PathOfCgroupMade>,
+}
+
+/// The walking route's state.
+#[derive(Default)]
+struct Walks {
+    /// Ids no walk or note named, until the next walk lands.
+    unresolved: FxHashSet<u64>,
+    /// A walk on its own thread: the table and how long the walk took.
+    running: Option<JoinHandle<(Walked, Duration)>>,
+    /// When the last walk ended, and how long it took.
+    last: Option<(Instant, Duration)>,
+    /// Ids named from the kernel's note since the last walk.
+    named_since: usize,
 }
 
 const RESCAN_PAUSE: Duration = Duration::from_millis(200);
@@ -57,14 +78,14 @@ const NAMED_BETWEEN_WALKS: usize = 4_096;
 
 impl CgroupResolver {
     pub fn new(mount: impl Into<PathBuf>) -> Self {
+        let mount = mount.into();
         Self {
-            mount: mount.into(),
-            by_id: FxHashMap::default(),
-            unresolved: FxHashSet::default(),
-            walk: None,
-            last_walk: None,
-            descendants_at_walk: None,
-            named_since_walk: 0,
+            handles: CgroupHandles::open(&mount).ok(),
+            descendants_seen: descendants(&mount),
+            mount,
+            paths: PathCache::with_budget(PATHS_BUDGET),
+            evictions: 0,
+            walks: Walks::default(),
             made: None,
         }
     }
@@ -79,86 +100,131 @@ impl CgroupResolver {
         self
     }
 
+    /// The same, walking the tree even where cgroups open by handle: for
+    /// tests of the walking route on a host that has both.
+    pub fn walking(mut self) -> Self {
+        self.handles = None;
+        self
+    }
+
     pub fn mount(&self) -> &Path {
         &self.mount
+    }
+
+    /// Whether cgroups are named by handle (true) or by walking the tree.
+    pub fn by_handle(&self) -> bool {
+        self.handles.is_some()
     }
 
     /// The path of cgroup `id`, relative to the mount and starting with '/'.
     pub fn resolve(&mut self, id: u64) -> Option<&Path> {
         // A hit costs one lookup; the rest happens only on a miss.
-        if !self.by_id.contains_key(&id) {
+        if !self.paths.contains(id) {
             self.miss(id);
         }
-        self.by_id.get(&id).map(PathBuf::as_path)
+        self.paths.get(id)
     }
 
     fn miss(&mut self, id: u64) {
+        if self.handles.is_some() {
+            self.miss_by_handle(id);
+        } else {
+            self.miss_walking(id);
+        }
+    }
+
+    fn miss_by_handle(&mut self, id: u64) {
+        let found = match self.handles.as_ref().map(|handles| handles.path_of(id)) {
+            Some(ById::Path(path)) => Some(path),
+            // Removed before its events were read, most likely.
+            _ => self.made.as_ref().and_then(|made| made(id)),
+        };
+        if let Some(path) = found {
+            self.keep(id, path);
+        }
+    }
+
+    /// Keeps a path named on demand; a full cache starts over, so the
+    /// cgroups still in use are the ones kept.
+    fn keep(&mut self, id: u64, path: PathBuf) {
+        if !self.paths.insert(id, path.clone()) {
+            self.paths.clear();
+            self.evictions += 1;
+            self.paths.insert(id, path);
+        }
+    }
+
+    fn miss_walking(&mut self, id: u64) {
         self.land_walk();
-        if self.by_id.contains_key(&id) {
+        if self.paths.contains(id) {
             return;
         }
         if let Some(path) = self.made.as_ref().and_then(|made| made(id)) {
-            self.by_id.insert(id, path);
+            self.keep(id, path);
             // A tenant that makes and removes cgroups in turn keeps the
             // count of descendants level: walk now and then anyway, so the
             // table sheds the removed ones.
-            self.named_since_walk += 1;
-            if self.named_since_walk >= NAMED_BETWEEN_WALKS {
+            self.walks.named_since += 1;
+            if self.walks.named_since >= NAMED_BETWEEN_WALKS {
                 self.start_walk();
             }
             return;
         }
-        if self.last_walk.is_none() {
-            // The first lookup: walk now, nothing is known yet.
-            self.walk_now();
+        if self.walks.last.is_none() {
+            // The first lookup: nothing is known yet. Walk, and wait for
+            // it: once, before the first events are written.
+            self.start_walk();
+            if let Some(walk) = self.walks.running.take() {
+                if let Ok((found, took)) = walk.join() {
+                    self.replace(found, took);
+                }
+            }
             return;
         }
-        if self.unresolved.len() >= UNRESOLVED_LIMIT {
-            self.unresolved.clear();
+        if self.walks.unresolved.len() >= UNRESOLVED_LIMIT {
+            self.walks.unresolved.clear();
         }
-        if self.unresolved.insert(id) {
+        if self.walks.unresolved.insert(id) {
             self.start_walk();
         }
     }
 
-    /// Every cgroup there is now, relative to the mount.
+    /// Every cgroup there is now, relative to the mount (for `check`, which
+    /// asks once and owns what it gets).
     pub fn all(&mut self) -> Vec<PathBuf> {
-        self.walk_now();
-        let mut paths: Vec<PathBuf> = self.by_id.values().cloned().collect();
+        let mut paths: Vec<PathBuf> = walk(&self.mount, usize::MAX)
+            .paths
+            .paths()
+            .map(Path::to_path_buf)
+            .collect();
         paths.sort();
         paths.dedup();
         paths
     }
 
-    fn walk_now(&mut self) {
-        let started = Instant::now();
-        let found = walk(&self.mount);
-        self.replace(found, started.elapsed());
-    }
-
     fn replace(&mut self, found: Walked, took: Duration) {
-        self.by_id = found.by_id;
-        self.descendants_at_walk = found.descendants;
-        self.named_since_walk = 0;
-        self.unresolved.clear();
-        self.last_walk = Some((Instant::now(), took));
+        self.paths = found.paths;
+        self.descendants_seen = found.descendants;
+        self.walks.named_since = 0;
+        self.walks.unresolved.clear();
+        self.walks.last = Some((Instant::now(), took));
     }
 
     /// Starts a walk on its own thread, unless one runs or ended too recently.
     fn start_walk(&mut self) {
-        let rested = self.last_walk.is_none_or(|(ended, took)| {
+        let rested = self.walks.last.is_none_or(|(ended, took)| {
             ended.elapsed() >= RESCAN_PAUSE.max(took.saturating_mul(10))
         });
-        if self.walk.is_some() || !rested {
+        if self.walks.running.is_some() || !rested {
             return;
         }
         let mount = self.mount.clone();
         // A thread that cannot be made leaves the ids unknown, as before.
-        self.walk = thread::Builder::new()
+        self.walks.running = thread::Builder::new()
             .name("cgroup-walk".into())
             .spawn(move || {
                 let started = Instant::now();
-                let found = walk(&mount);
+                let found = walk(&mount, PATHS_BUDGET);
                 (found, started.elapsed())
             })
             .ok();
@@ -166,10 +232,15 @@ impl CgroupResolver {
 
     /// Takes the finished walk's table, if any; true when one landed.
     fn land_walk(&mut self) -> bool {
-        if !self.walk.as_ref().is_some_and(JoinHandle::is_finished) {
+        if !self
+            .walks
+            .running
+            .as_ref()
+            .is_some_and(JoinHandle::is_finished)
+        {
             return false;
         }
-        match self.walk.take().map(JoinHandle::join) {
+        match self.walks.running.take().map(JoinHandle::join) {
             Some(Ok((found, took))) => {
                 self.replace(found, took);
                 true
@@ -178,30 +249,46 @@ impl CgroupResolver {
         }
     }
 
-    /// Lets a finished walk land and starts the one a miss asked for: from
-    /// the tick, so ids missed since still get named. True when a walk
-    /// landed: cgroups it did not find are gone.
+    /// From the tick: true when cgroups were removed since the last call
+    /// (by handle: the root's count of descendants fell; walking: a walk
+    /// landed, and what it did not find is gone). Walking, it also lets a
+    /// finished walk land and starts the one a miss asked for, so ids
+    /// missed since still get named.
     pub fn maintain(&mut self) -> bool {
-        let landed = self.land_walk();
+        let now = descendants(&self.mount);
         let removed = self
-            .descendants_at_walk
-            .zip(descendants(&self.mount))
+            .descendants_seen
+            .zip(now)
             .is_some_and(|(then, now)| now < then);
-        if !self.unresolved.is_empty() || removed {
+        if self.handles.is_some() {
+            self.descendants_seen = now;
+            return removed;
+        }
+        let landed = self.land_walk();
+        if !self.walks.unresolved.is_empty() || removed {
             self.start_walk();
         }
         landed
     }
 
-    /// Whether the last walk (or the kernel's note since) named `id`.
+    /// Whether cgroup `id` still exists (walking: as far as the last walk
+    /// or the kernel's note since knows).
     pub fn knows(&self, id: u64) -> bool {
-        self.by_id.contains_key(&id)
+        match &self.handles {
+            Some(handles) => handles.exists(id),
+            None => self.paths.contains(id),
+        }
+    }
+
+    /// Bytes of paths kept now.
+    pub fn bytes_kept(&self) -> usize {
+        self.paths.bytes()
     }
 }
 
 /// What one walk found, and the root's count of descendants before it.
 struct Walked {
-    by_id: PathsById,
+    paths: PathCache,
     descendants: Option<u64>,
 }
 
@@ -213,21 +300,36 @@ fn descendants(mount: &Path) -> Option<u64> {
         .find_map(|l| l.strip_prefix("nr_descendants ")?.trim().parse().ok())
 }
 
-/// Every cgroup under `mount`, by id; directories that vanish mid-walk are skipped.
-fn walk(mount: &Path) -> Walked {
+/// The cgroups under `mount`, by id, until their paths and the ones still
+/// to visit pass `budget` bytes; directories that vanish mid-walk are
+/// skipped.
+fn walk(mount: &Path, budget: usize) -> Walked {
     let descendants = descendants(mount);
-    let mut found = PathsById::default();
+    let mut found = PathCache::with_budget(budget);
     let mut pending = vec![mount.to_path_buf()];
-    while let Some(dir) = pending.pop() {
+    let mut pending_bytes = 0usize;
+    'walk: while let Some(dir) = pending.pop() {
+        pending_bytes = pending_bytes.saturating_sub(dir.as_os_str().len());
         let Ok(meta) = fs::metadata(&dir) else {
             continue;
         };
         let relative = Path::new("/").join(dir.strip_prefix(mount).unwrap_or(&dir));
-        found.insert(meta.ino(), relative);
-        pending.extend(subdirectories(&dir));
+        if !found.insert(meta.ino(), relative) {
+            break;
+        }
+        for child in subdirectories(&dir) {
+            let len = child.as_os_str().len();
+            if found.bytes().saturating_add(pending_bytes + len) > budget {
+                // Past the budget: the rest stays unnamed until a
+                // handle or the kernel's note names it.
+                break 'walk;
+            }
+            pending_bytes += len;
+            pending.push(child);
+        }
     }
     Walked {
-        by_id: found,
+        paths: found,
         descendants,
     }
 }
@@ -311,5 +413,20 @@ mod tests {
         // Removed cgroups leave the table with the next walk.
         fs::remove_dir(root.path().join("system.slice/docker-abc.scope")).expect("rmdir");
         assert_eq!(paths.all().len(), 4);
+    }
+
+    #[test]
+    fn a_walk_stops_at_its_budget_in_bytes() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let long = "x".repeat(200);
+        for i in 0..50 {
+            fs::create_dir_all(root.path().join(format!("{long}/{i}"))).expect("make");
+        }
+        let whole = walk(root.path(), usize::MAX);
+        assert_eq!(whole.paths.paths().count(), 52);
+        let budget = 10 * 300;
+        let part = walk(root.path(), budget);
+        assert!(part.paths.bytes() <= budget, "{}", part.paths.bytes());
+        assert!(part.paths.paths().count() < 52);
     }
 }

@@ -2,6 +2,7 @@
 //! the kernel's BTF, and whether the host can run gpu-trace at all.
 
 pub mod cdi_specs;
+pub mod cgroup_handle;
 pub mod cgroup_tree;
 pub mod clock;
 pub mod in_root;

@@ -10,6 +10,7 @@
 //! `cargo xtask test` in CI) it fails instead.
 
 mod audit;
+mod bounds;
 mod cdi;
 mod colour;
 // Each test binary uses a part of the shared helpers.

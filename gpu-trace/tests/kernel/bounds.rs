@@ -1,0 +1,152 @@
+//! A tenant making the agent's own state large: many cgroups with long
+//! paths. Each attack runs as an unprivileged user (uid 65534) in a
+//! subtree delegated to it the way systemd delegates, against the real
+//! binary, and asserts on what watch keeps and writes.
+
+use std::{
+    fs,
+    os::unix::{fs::chown, process::CommandExt},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use crate::common::*;
+
+/// The tenant: nobody.
+const TENANT: u32 = 65534;
+
+/// The DaemonSet's memory limit, 64 Mi, in KiB.
+const DAEMONSET_LIMIT_KIB: u64 = 64 * 1024;
+
+/// A tree a tenant made in its delegated subtree: `depth` nested names of
+/// `name_len` characters, then `fan_out` children at the bottom. Removed,
+/// bottom first, on drop.
+struct LongTree {
+    top: PathBuf,
+    bottom: PathBuf,
+    children: usize,
+}
+
+impl LongTree {
+    fn make(delegated: &Path, depth: usize, name_len: usize, fan_out: usize) -> Self {
+        let nested: PathBuf = (0..depth)
+            .map(|level| {
+                format!("{level:x}")
+                    .repeat(name_len)
+                    .chars()
+                    .take(name_len)
+                    .collect::<String>()
+            })
+            .collect();
+        let tenant = |dir: &Path| {
+            let mut command = Command::new("mkdir");
+            command.uid(TENANT).gid(TENANT).current_dir(dir);
+            command
+        };
+        let made = tenant(delegated)
+            .arg("-p")
+            .arg(&nested)
+            .status()
+            .expect("mkdir -p");
+        assert!(made.success(), "the tenant made the nested names");
+        let bottom = delegated.join(&nested);
+        let names: Vec<String> = (0..fan_out).map(|i| format!("c{i}")).collect();
+        for chunk in names.chunks(4_096) {
+            let made = tenant(&bottom).args(chunk).status().expect("mkdir");
+            assert!(made.success(), "the tenant made the fan-out");
+        }
+        let top = delegated.join(nested.iter().next().expect("a first level"));
+        Self {
+            top,
+            bottom,
+            children: fan_out,
+        }
+    }
+}
+
+impl Drop for LongTree {
+    fn drop(&mut self) {
+        for i in 0..self.children {
+            let _ = fs::remove_dir(self.bottom.join(format!("c{i}")));
+        }
+        let mut dir = self.bottom.clone();
+        while dir.starts_with(&self.top) {
+            let _ = fs::remove_dir(&dir);
+            if !dir.pop() {
+                break;
+            }
+        }
+    }
+}
+
+/// Hands `dir` to the tenant as systemd does with Delegate=yes.
+fn delegate(dir: &Path) {
+    for file in [
+        "",
+        "cgroup.procs",
+        "cgroup.threads",
+        "cgroup.subtree_control",
+    ] {
+        chown(dir.join(file), Some(TENANT), Some(TENANT)).expect("chown for delegation");
+    }
+}
+
+/// The peak resident memory of a process so far, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("read status")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmHWM:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("VmHWM")
+}
+
+#[test]
+fn a_tenants_tree_of_long_cgroup_paths_stays_out_of_watchs_memory() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let incident = Incident::new(&host, "long-paths");
+    let delegated = scratch_cgroup(&host, "long-paths-tenant");
+    delegate(delegated.path());
+    // 15 names of 250 characters (3.8 KB of path), then the fan-out: 20 000
+    // here; 6 000 in the guests, whose 1 GiB and emulated CPU would spend
+    // minutes on the rest, and where 6 000 already held ~90 MB before.
+    let fan_out = if fexit_expected() { 6_000 } else { 20_000 };
+    let tree = LongTree::make(delegated.path(), 15, 250, fan_out);
+
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
+    let first = incident.deny_once();
+    let second = incident.deny_once();
+    let events = watcher.wait_for_events(second, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let expected = Path::new("/").join(
+        incident
+            .cgroup
+            .path()
+            .strip_prefix(&host.cgroup2_mount)
+            .expect("under the mount"),
+    );
+    assert_eq!(
+        events[0]["cgroup"],
+        expected.to_str().expect("utf-8"),
+        "{:#}",
+        events[0]
+    );
+    assert_eq!(watcher.events_of(first).len(), 1, "both denials written");
+    let peak = peak_rss_kib(watcher.child.id());
+    watcher.stop_cleanly();
+    eprintln!("{fan_out} cgroups with 3.8 KB paths: watch's peak RSS {peak} KiB");
+    assert!(
+        peak < DAEMONSET_LIMIT_KIB,
+        "watch's peak RSS {peak} KiB, over the DaemonSet's 64 Mi"
+    );
+    drop(tree);
+}

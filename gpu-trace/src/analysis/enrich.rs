@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     cgroup::{
-        first_process::{first_process, FirstProcess},
+        first_process::{first_process_in, FirstProcess},
         identity::identify,
         resolver::CgroupResolver,
     },
@@ -83,8 +83,8 @@ impl Enricher {
         true
     }
 
-    /// The earliest-started process still in the record's cgroup (or below
-    /// it), read once per cgroup: a later first process only makes the
+    /// The earliest-started process still in the record's cgroup (not
+    /// below it: no walk on the event thread), read once per cgroup: a later first process only makes the
     /// cgroup look younger, so a kept answer never makes a rewrite up.
     pub fn cgroup_started(&mut self, record: &Record) -> Option<FirstProcess> {
         let id = record.access.cgroup_id;
@@ -98,7 +98,7 @@ impl Enricher {
                 .strip_prefix("/")
                 .unwrap_or(record.cgroup.as_ref()?),
         );
-        let first = first_process(&dir);
+        let first = first_process_in(&dir);
         if self.started.len() >= CONTAINERS_LIMIT {
             self.started.clear();
         }

@@ -8,7 +8,10 @@ use std::{
     os::unix::{fs::chown, process::CommandExt},
     path::{Path, PathBuf},
     process::Command,
+    time::{Duration, Instant},
 };
+
+use gpu_trace::scenario::run_probe_in;
 
 use crate::common::*;
 
@@ -43,19 +46,21 @@ impl LongTree {
             command.uid(TENANT).gid(TENANT).current_dir(dir);
             command
         };
-        let made = tenant(delegated)
-            .arg("-p")
-            .arg(&nested)
-            .status()
-            .expect("mkdir -p");
-        assert!(made.success(), "the tenant made the nested names");
         let bottom = delegated.join(&nested);
+        if depth > 0 {
+            let made = tenant(delegated)
+                .arg("-p")
+                .arg(&nested)
+                .status()
+                .expect("mkdir -p");
+            assert!(made.success(), "the tenant made the nested names");
+        }
         let names: Vec<String> = (0..fan_out).map(|i| format!("c{i}")).collect();
         for chunk in names.chunks(4_096) {
             let made = tenant(&bottom).args(chunk).status().expect("mkdir");
             assert!(made.success(), "the tenant made the fan-out");
         }
-        let top = delegated.join(nested.iter().next().expect("a first level"));
+        let top = delegated.join(nested.iter().next().unwrap_or_default());
         Self {
             top,
             bottom,
@@ -149,4 +154,41 @@ fn a_tenants_tree_of_long_cgroup_paths_stays_out_of_watchs_memory() {
         "watch's peak RSS {peak} KiB, over the DaemonSet's 64 Mi"
     );
     drop(tree);
+}
+
+#[test]
+fn a_denial_above_many_empty_cgroups_does_not_stall_anothers_line() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let incident = Incident::new(&host, "empty-cgroups");
+    // The tenant's cgroup, below the incident's policy, above 100 000
+    // empty cgroups of its own making (10 000 in the guests).
+    let tenant_dir = incident.cgroup.path().join("tenant");
+    fs::create_dir(&tenant_dir).expect("make the tenant's cgroup");
+    delegate(&tenant_dir);
+    let fan_out = if fexit_expected() { 10_000 } else { 100_000 };
+    let tree = LongTree::make(&tenant_dir, 0, 0, fan_out);
+
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
+    let uvm = [incident.open_rw("nvidia-uvm")];
+    let tenants = run_probe_in(Path::new(gpu_trace()), &[&tenant_dir], &uvm).expect("probe");
+    assert_eq!(tenants.results, [libc::EPERM]);
+    // Another cgroup's denial, right behind the tenant's: its line must
+    // not wait for anything done about the tenant's.
+    let other = incident.deny_once();
+    let denied = Instant::now();
+    let events = watcher.wait_for_events(other, 1);
+    let latency = denied.elapsed();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(watcher.wait_for_events(tenants.pid, 1).len(), 1);
+    watcher.stop_cleanly();
+    eprintln!("{fan_out} empty cgroups below the tenant's: the next line took {latency:?}");
+    assert!(
+        latency < Duration::from_millis(500),
+        "another cgroup's line took {latency:?} behind the tenant's denial"
+    );
+    drop(tree);
+    let _ = fs::remove_dir(&tenant_dir);
 }

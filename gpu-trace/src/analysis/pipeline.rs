@@ -24,7 +24,7 @@ impl Pipeline {
         Self {
             attributor: Attributor::new(cgroups.mount()),
             enricher: Enricher::new(cgroups, majors),
-            diagnoser: Diagnoser::default(),
+            diagnoser: Diagnoser::live(),
             writers: WriterFinder::default(),
             unit_rules: UnitRules::default(),
         }

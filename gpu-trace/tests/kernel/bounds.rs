@@ -192,3 +192,58 @@ fn a_denial_above_many_empty_cgroups_does_not_stall_anothers_line() {
     drop(tree);
     let _ = fs::remove_dir(&tenant_dir);
 }
+
+#[test]
+fn check_reads_hostile_cdi_specs_within_bounds_and_says_what_it_skipped() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let specs = tempfile::tempdir().expect("temp dir");
+    // Billion laughs with anchors named `&.N`: nine levels of nine copies.
+    let mut laughs = String::from("l0: &.0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for level in 1..=9 {
+        let alias = format!("*.{}", level - 1);
+        let row = [alias.as_str(); 9].join(", ");
+        laughs += &format!("l{level}: &.{level} [{row}]\n");
+    }
+    fs::write(specs.path().join("laughs.yaml"), laughs + "kind: x\n").expect("write");
+    // 1.5 million nested sequences.
+    fs::write(specs.path().join("deep.yaml"), "- ".repeat(1_500_000)).expect("write");
+    // A well-formed spec, but the tenant's.
+    let tenants = specs.path().join("tenant.json");
+    fs::write(&tenants, r#"{"kind":"nvidia.com/gpu","devices":[]}"#).expect("write");
+    chown(&tenants, Some(TENANT), Some(TENANT)).expect("chown");
+
+    let cgroup = scratch_cgroup(&host, "cdi-bounds");
+    let relative = cgroup.relative_path().to_str().expect("UTF-8").to_string();
+    let dir = specs.path().to_str().expect("UTF-8");
+    let started = Instant::now();
+    let (_, report) = check_json_with(&["--cgroup", &relative, "--cdi-dir", dir], None);
+    let took = started.elapsed();
+    let unreadable: Vec<String> = report["cdi"]["unreadable"]
+        .as_array()
+        .unwrap_or_else(|| panic!("cdi.unreadable: {report:#}"))
+        .iter()
+        .map(|u| u.as_str().expect("a string").to_string())
+        .collect();
+    let said = |file: &str, why: &str| {
+        let path = specs.path().join(file);
+        assert!(
+            unreadable
+                .iter()
+                .any(|u| u == &format!("{}: {why}", path.display())),
+            "{file}: {why}: {unreadable:#?}"
+        );
+    };
+    said(
+        "laughs.yaml",
+        "YAML anchors or aliases, which CDI specs do not use",
+    );
+    said(
+        "deep.yaml",
+        "nested deeper than 32 levels, which no spec is",
+    );
+    said("tenant.json", "skipped: owned by uid 65534, not root");
+    eprintln!("check read the hostile specs in {took:?}");
+    assert!(took < Duration::from_secs(20), "check took {took:?}");
+}

@@ -1,12 +1,17 @@
 //! The host reads a diagnosis makes besides /proc/devices: one seam, so
 //! that the unit tests put their own answers in and none goes around it.
 
-use std::{cell::RefCell, path::PathBuf, rc::Rc, time::Instant};
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex, OnceLock},
+    thread,
+    time::Duration,
+};
 
 use crate::{
     analysis::cdi_check::{stale_entries, StaleCdiEntry},
     host::{
-        cdi_specs::{read_spec_nodes, CDI_DIRS_ENV, DEFAULT_CDI_DIRS},
+        cdi_specs::{read_spec_nodes, SpecNode, CDI_DIRS_ENV, DEFAULT_CDI_DIRS},
         in_root::mode_and_group_in,
         nvidia_runtime_config::no_cgroups_config,
         proc_devices::{nvidia_uvm_loaded, CharMajors},
@@ -15,9 +20,9 @@ use crate::{
     },
 };
 
-/// How long a reading of the CDI specs is used: specs change rarely, and a
-/// flood of new diagnoses must not re-read them each time.
-const CDI_REREAD_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the CDI specs are read again, on a thread of their own:
+/// specs change rarely, and no diagnosis waits for a reading.
+const CDI_REREAD_EVERY: Duration = Duration::from_secs(5);
 
 /// Each read is made on a new diagnosis only (diagnoses are cached).
 #[derive(Debug)]
@@ -33,8 +38,6 @@ pub(super) struct Host {
     pub stale_cdi: fn(&CharMajors) -> Vec<StaleCdiEntry>,
     /// Whether the nvidia_uvm module is loaded.
     pub uvm_loaded: fn() -> bool,
-    /// The stale CDI entries as last read, and when.
-    cdi_reading: RefCell<Option<(Instant, Rc<[StaleCdiEntry]>)>>,
 }
 
 impl Default for Host {
@@ -45,23 +48,20 @@ impl Default for Host {
             security_module: security_module_of,
             stale_cdi: stale_cdi_now,
             uvm_loaded: nvidia_uvm_loaded,
-            cdi_reading: RefCell::new(None),
         }
     }
 }
 
+/// Reads the CDI specs once now (as watch, run and selftest start, before
+/// their first event), and from then on in the background.
+pub fn read_cdi_specs_in_background() {
+    spec_nodes();
+}
+
 impl Host {
-    /// The stale CDI entries, read at most every CDI_REREAD_AFTER.
-    pub fn stale_cdi_entries(&self, majors: &CharMajors) -> Rc<[StaleCdiEntry]> {
-        let mut cached = self.cdi_reading.borrow_mut();
-        match &*cached {
-            Some((read_at, entries)) if read_at.elapsed() < CDI_REREAD_AFTER => Rc::clone(entries),
-            _ => {
-                let entries: Rc<[StaleCdiEntry]> = (self.stale_cdi)(majors).into();
-                *cached = Some((Instant::now(), Rc::clone(&entries)));
-                entries
-            }
-        }
+    /// The CDI spec entries that no longer match the host's majors.
+    pub fn stale_cdi_entries(&self, majors: &CharMajors) -> Vec<StaleCdiEntry> {
+        (self.stale_cdi)(majors)
     }
 }
 
@@ -84,11 +84,32 @@ fn node_group_now(pid: u32, path: &[u8]) -> Option<NodeGroup> {
     })
 }
 
-/// Specs in GPU_TRACE_CDI_DIRS (colon-separated) or the default directories.
+/// Stale entries of the specs as last read.
 fn stale_cdi_now(majors: &CharMajors) -> Vec<StaleCdiEntry> {
-    let dirs: Vec<PathBuf> = match std::env::var_os(CDI_DIRS_ENV) {
-        Some(dirs) => std::env::split_paths(&dirs).collect(),
-        None => DEFAULT_CDI_DIRS.iter().map(PathBuf::from).collect(),
-    };
-    stale_entries(&read_spec_nodes(&dirs).0, majors)
+    stale_entries(&spec_nodes(), majors)
+}
+
+/// The device nodes of the specs in GPU_TRACE_CDI_DIRS (colon-separated) or
+/// the default directories, as last read. The first call reads them; a
+/// thread then reads them again every CDI_REREAD_EVERY.
+fn spec_nodes() -> Arc<[SpecNode]> {
+    static LATEST: OnceLock<Arc<Mutex<Arc<[SpecNode]>>>> = OnceLock::new();
+    let latest = LATEST.get_or_init(|| {
+        let dirs: Vec<PathBuf> = match std::env::var_os(CDI_DIRS_ENV) {
+            Some(dirs) => std::env::split_paths(&dirs).collect(),
+            None => DEFAULT_CDI_DIRS.iter().map(PathBuf::from).collect(),
+        };
+        let latest = Arc::new(Mutex::new(read_spec_nodes(&dirs).0.into()));
+        let shared = Arc::clone(&latest);
+        // Without the thread, the first reading stands.
+        let _ = thread::Builder::new()
+            .name("cdi-specs".into())
+            .spawn(move || loop {
+                thread::sleep(CDI_REREAD_EVERY);
+                let nodes: Arc<[SpecNode]> = read_spec_nodes(&dirs).0.into();
+                *shared.lock().unwrap_or_else(|e| e.into_inner()) = nodes;
+            });
+        latest
+    });
+    Arc::clone(&latest.lock().unwrap_or_else(|e| e.into_inner()))
 }

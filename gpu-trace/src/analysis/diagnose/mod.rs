@@ -49,6 +49,13 @@ const CACHE_LIMIT: usize = 4096;
 const ALLOWED_LIMIT: usize = 65_536;
 
 impl Diagnoser {
+    /// The diagnoser of a live host: what it reads in the background (the
+    /// CDI specs) is read once now, before the first event.
+    pub fn live() -> Self {
+        host::read_cdi_specs_in_background();
+        Self::default()
+    }
+
     /// Learns from every record; returns a diagnosis for problems.
     /// `majors_generation` changes whenever `majors` does; `device_allow`
     /// is the DeviceAllow= list of the systemd unit whose program denied it.

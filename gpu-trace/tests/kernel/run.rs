@@ -82,10 +82,9 @@ fn probe_in_shell(probe_args: &[String], shell_tail: &str) -> Vec<String> {
 
 #[test]
 fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-uvm") else {
         return;
     };
-    let incident = Incident::new(&host, "run-uvm");
     let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
     // The shell forks the probe: the report covers children, and the exit
     // status is the shell's own.
@@ -153,10 +152,9 @@ fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
 
 #[test]
 fn run_follows_grandchildren_and_ignores_unrelated_processes() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-tree") else {
         return;
     };
-    let incident = Incident::new(&host, "run-tree");
     let go = incident.nodes.dir().join("go");
     let uvm = incident.open_rw("nvidia-uvm");
     let grandchild = [ProbeOp::WaitFor { path: go.clone() }.to_arg(), uvm.to_arg()];
@@ -263,10 +261,9 @@ fn run_names_rules_rewritten_while_the_process_ran() {
 
 #[test]
 fn run_names_a_stale_major_from_todays_proc_devices() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-stale") else {
         return;
     };
-    let incident = Incident::new(&host, "run-stale");
     // Today nvidia-uvm has another major than the node (and the policy's deny
     // rule) carry: as after a driver update. gpu-trace reads it from a copy.
     let today = incident.uvm_major - 3;
@@ -307,10 +304,9 @@ fn run_names_a_stale_major_from_todays_proc_devices() {
 
 #[test]
 fn run_watches_a_driver_loaded_while_the_command_runs() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-late-driver") else {
         return;
     };
-    let incident = Incident::new(&host, "run-late-driver");
     // The launch run traces is what loads nvidia-uvm (nvidia-modprobe at
     // the first CUDA call): at start its major is in no list.
     let proc_devices = incident.nodes.dir().join("devices");
@@ -408,10 +404,9 @@ fn run_names_a_missing_node() {
 
 #[test]
 fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-unwatched") else {
         return;
     };
-    let incident = Incident::new(&host, "run-unwatched");
     // The denied stand-in major, not passed with --major: a node left with
     // an old major, say. Its path alone makes it worth reporting.
     let node = DevNode::create(incident.uvm_major, 0, 0o666);

@@ -30,18 +30,10 @@ use crate::common::*;
 
 #[test]
 fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "denied") else {
         return;
     };
-    let incident = Incident::new(&host, "denied");
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--opens",
-        "full",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--format", "json", "--opens", "full"]);
 
     let child = run_probe(
         Path::new(gpu_trace()),
@@ -186,10 +178,9 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
 
 #[test]
 fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "reuse") else {
         return;
     };
-    let incident = Incident::new(&host, "reuse");
     // A node the probe's user may not open: refused by its mode, before
     // any device check.
     let locked = incident.nodes.dir().join("nvidia-uvm-locked");
@@ -293,10 +284,9 @@ fn the_one_denial_of(
 
 #[test]
 fn allowed_access_is_reported_only_with_all() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "allowed") else {
         return;
     };
-    let incident = Incident::new(&host, "allowed");
     let major = incident.uvm_major.to_string();
     // The denied open comes last: once it is seen, the allowed one (earlier,
     // same thread) would have been seen too.
@@ -623,12 +613,11 @@ fn nothing_stays_attached_after_kill_9() {
 
 #[test]
 fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "reader-gone") else {
         return;
     };
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    let incident = Incident::new(&host, "reader-gone");
     let before = gpu_trace_program_ids();
     // `gpu-trace watch | head -n 1`, with the test as head.
     let mut child = Command::new(gpu_trace())
@@ -884,10 +873,9 @@ fn watched_at_ready(stderr: &[String]) -> Vec<u32> {
 
 #[test]
 fn watch_watches_a_driver_major_registered_after_start() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "late-driver") else {
         return;
     };
-    let incident = Incident::new(&host, "late-driver");
     // nvidia-uvm is not loaded when watch starts (nvidia-modprobe loads it
     // at the first CUDA call): its major is in no list, and not watched.
     let proc_devices = tempfile::NamedTempFile::new().expect("temp file");

@@ -268,6 +268,16 @@ pub trait IncidentInTests {
     /// One open of the uvm node from inside the cgroup, which the policy
     /// denies (asserted); returns the probe's pid.
     fn deny_once(&self) -> u32;
+    /// `gpu-trace watch ARGS --major UVM`: the stand-in uvm major has no
+    /// driver, so watch sees it only when named.
+    fn watch(&self, args: &[&str]) -> Watcher;
+}
+
+/// The incident in a scratch cgroup named after `cgroup`, or None (with
+/// the reason printed) when `test` cannot run on this host.
+pub fn incident_test(test: &str, cgroup: &str) -> Option<Incident> {
+    let host = kernel_test(test)?;
+    Some(Incident::new(&host, cgroup))
 }
 
 impl IncidentInTests for Incident {
@@ -287,6 +297,13 @@ impl IncidentInTests for Incident {
             .expect("run probe in scratch cgroup");
         assert_eq!(probe.results, [libc::EPERM]);
         probe.pid
+    }
+
+    fn watch(&self, args: &[&str]) -> Watcher {
+        let major = self.uvm_major.to_string();
+        let mut all = args.to_vec();
+        all.extend(["--major", &major]);
+        Watcher::start(&all)
     }
 }
 

@@ -480,15 +480,11 @@ fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
     let event = &report["problems"][0]["event"];
     assert_eq!(event["cause"], "file-permissions", "{report:#}");
     assert_eq!(event["errno"], "EACCES");
-    let explanation = event["explanation"].as_str().expect("explanation");
-    assert!(
-        explanation.contains("mode 660, open to group 44 only, and the process is not in that group (its groups: 65534 100)"),
-        "{explanation}"
-    );
-    let hint = event["hint"].as_str().expect("hint");
-    assert!(
-        hint.starts_with("give the container group 44: `--group-add 44`"),
-        "{hint}"
+    assert_event_says(event, "explanation", "mode 660, open to group 44 only, and the process is not in that group (its groups: 65534 100)");
+    assert_event_starts(
+        event,
+        "hint",
+        "give the container group 44: `--group-add 44`",
     );
 }
 

@@ -792,10 +792,10 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     assert_eq!(event["role"], "compute", "{event:#}");
     assert_eq!(event["major"], kfd, "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
-    let explanation = event["explanation"].as_str().expect("explanation");
-    assert!(
-        explanation.contains(&format!("kfd's major {kfd} (AMD's ROCm compute node)")),
-        "{explanation}"
+    assert_event_says(
+        event,
+        "explanation",
+        &format!("kfd's major {kfd} (AMD's ROCm compute node)"),
     );
     watcher.stop_cleanly();
     // --vendor nvidia reports an NVIDIA denial made after the kfd one...

@@ -334,6 +334,36 @@ pub fn denied_open(
     (probe.pid, event)
 }
 
+/// A temporary directory whose name starts with `prefix`, so that one left
+/// behind says what made it; removed on drop.
+pub fn temp_dir_named(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// The event's text `field` ("explanation", "hint"); panics when it has none.
+pub fn event_text<'a>(event: &'a Value, field: &str) -> &'a str {
+    event[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field}: {event:#}"))
+}
+
+/// Asserts that the event's text `field` contains `part`, showing the text.
+#[track_caller]
+pub fn assert_event_says(event: &Value, field: &str, part: &str) {
+    let text = event_text(event, field);
+    assert!(text.contains(part), "{text}");
+}
+
+/// Asserts that the event's text `field` starts with `prefix`, showing the text.
+#[track_caller]
+pub fn assert_event_starts(event: &Value, field: &str, prefix: &str) {
+    let text = event_text(event, field);
+    assert!(text.starts_with(prefix), "{text}");
+}
+
 /// Whether a line of `stderr` starts with `prefix` and contains `part`.
 pub fn says(stderr: &[String], prefix: &str, part: &str) -> bool {
     stderr

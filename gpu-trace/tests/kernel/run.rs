@@ -12,9 +12,8 @@ use std::{
 };
 
 use gpu_trace::{
-    host::mountinfo::v1_controller_mount_in,
     model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
+    scenario::{run_probe, OpenMode, ProbeOp},
 };
 use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
@@ -490,23 +489,9 @@ fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
 
 #[test]
 fn run_names_a_cgroup_v1_devices_list_denial() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((major, v1, v2, nodes)) = v1_denial(test_name!(), "run-v1", "run-v1") else {
         return;
     };
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
-        eprintln!("skipping run_names_a_cgroup_v1_devices_list_denial: no cgroup v1 devices controller mounted");
-        return;
-    };
-    let major = uvm_standin();
-    let v1 = ScratchCgroup::create(
-        &v1_devices,
-        &format!("gpu-trace-test-run-v1-{}", std::process::id()),
-    )
-    .expect("v1 cgroup");
-    fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm")).expect("devices.deny");
-    let v2 = scratch_cgroup(&host, "run-v1");
-    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
     let open = ProbeOp::Open {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::Read,

@@ -10,10 +10,7 @@ use std::{
 };
 
 use gpu_trace::{
-    host::{
-        mountinfo::v1_controller_mount_in, proc_devices::CharMajors,
-        v1_device_limits::V1DeviceLimits,
-    },
+    host::{proc_devices::CharMajors, v1_device_limits::V1DeviceLimits},
     model::node::NVIDIA_FRONTEND_MAJOR,
     scenario::{
         run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy, PROBE_COMM,
@@ -351,22 +348,9 @@ fn allowed_access_is_reported_only_with_all() {
 
 #[test]
 fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((major, v1, v2, nodes)) = v1_denial(test_name!(), "v1", "v1deny") else {
         return;
     };
-    let Some(v1_devices) = v1_devices_mount("denial_by_cgroup_v1_devices_list") else {
-        return;
-    };
-    let major = uvm_standin();
-    let v1 = ScratchCgroup::create(
-        &v1_devices,
-        &format!("gpu-trace-test-v1-{}", std::process::id()),
-    )
-    .expect("create v1 devices cgroup");
-    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
-        .expect("write devices.deny");
-    let v2 = scratch_cgroup(&host, "v1deny");
-    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
 
     let watcher = Watcher::start(&[
         "--format",
@@ -420,34 +404,17 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
         "{:#?}",
         watcher.stderr_seen
     );
-    let v1 = ScratchCgroup::create(
-        &v1_devices,
-        &format!("gpu-trace-test-v1-made-{}", std::process::id()),
-    )
-    .expect("create v1 devices cgroup");
+    let v1 = v1_devices_cgroup(&v1_devices, "v1-made");
     watcher.wait_for_stderr(
         "gpu-trace: open results traced by the syscall tracepoints, needed because a cgroup in the cgroup v1 devices hierarchy was made or joined",
     );
-    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
-        .expect("write devices.deny");
+    v1_deny_major(&v1, major);
     let v2 = scratch_cgroup(&host, "v1made");
     let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
     let event = denied_by_devices_deny(watcher, &nodes, &v2, &v1);
     assert_eq!(event["verdict"], "denied");
     assert_eq!(event["verdict_source"], "not-bpf", "{event}");
     assert_eq!(event["errno"], "EPERM");
-}
-
-/// Where the cgroup v1 devices controller is mounted; None, saying that
-/// `test` skips, where it is not. A property of the host's layout, not a
-/// missing kernel feature: pure cgroup2 hosts have no devices.list at all.
-fn v1_devices_mount(test: &str) -> Option<std::path::PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    let mount = v1_controller_mount_in(&mountinfo, "devices");
-    if mount.is_none() {
-        eprintln!("skipping {test}: no cgroup v1 devices controller mounted");
-    }
-    mount
 }
 
 /// Opens the node from a process in `v2` and the v1 cgroup `v1`, whose

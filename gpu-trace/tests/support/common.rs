@@ -17,7 +17,7 @@ use gpu_trace::{
         preflight::{check_host, Host},
         proc_devices::CharMajors,
     },
-    scenario::{incident::UVM_NODE, OpenMode, ProbeOp, ScratchCgroup},
+    scenario::{incident::UVM_NODE, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
 };
 use gpu_trace_common::program;
 use nix::{
@@ -332,6 +332,52 @@ pub fn denied_open(
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = events.into_iter().next().expect("one event");
     (probe.pid, event)
+}
+
+/// Where the cgroup v1 devices controller is mounted; None, saying that
+/// `test` skips, where it is not. A property of the host's layout, not a
+/// missing kernel feature: pure cgroup2 hosts have no devices.list at all.
+pub fn v1_devices_mount(test: &str) -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    let mount = gpu_trace::host::mountinfo::v1_controller_mount_in(&mountinfo, "devices");
+    if mount.is_none() {
+        eprintln!("skipping {test}: no cgroup v1 devices controller mounted");
+    }
+    mount
+}
+
+/// A scratch cgroup named after `name` in the v1 devices hierarchy at `v1_devices`.
+pub fn v1_devices_cgroup(v1_devices: &std::path::Path, name: &str) -> ScratchCgroup {
+    ScratchCgroup::create(
+        v1_devices,
+        &format!("gpu-trace-test-{name}-{}", std::process::id()),
+    )
+    .expect("create v1 devices cgroup")
+}
+
+/// Has the v1 devices cgroup `v1` refuse every node of `major`.
+pub fn v1_deny_major(v1: &ScratchCgroup, major: u32) {
+    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
+        .expect("write devices.deny");
+}
+
+/// A denial by the cgroup v1 devices list: the stand-in uvm major, a v1
+/// devices cgroup `v1_name` that refuses it, a cgroup2 scratch cgroup
+/// `v2_name` to open it from, and its node. None (said) where `test`
+/// cannot run or the host has no v1 devices controller.
+pub fn v1_denial(
+    test: &str,
+    v1_name: &str,
+    v2_name: &str,
+) -> Option<(u32, ScratchCgroup, ScratchCgroup, DeviceNodes)> {
+    let host = kernel_test(test)?;
+    let v1_devices = v1_devices_mount(test)?;
+    let major = uvm_standin();
+    let v1 = v1_devices_cgroup(&v1_devices, v1_name);
+    v1_deny_major(&v1, major);
+    let v2 = scratch_cgroup(&host, v2_name);
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    Some((major, v1, v2, nodes))
 }
 
 /// A temporary directory whose name starts with `prefix`, so that one left

@@ -507,26 +507,25 @@ fn alu64(op: u8, a: u64, b: u64, signed: bool) -> Option<u64> {
     })
 }
 
+/// 32-bit ALU: the 64-bit one on operands widened as the op reads them
+/// (sign-extended for signed division and modulo and for the arithmetic
+/// shift, else zero-extended), shift counts masked to 31, the result cut to
+/// 32 bits.
 fn alu32(op: u8, a: u32, b: u32, signed: bool) -> Option<u32> {
-    Some(match op {
-        0x00 => a.wrapping_add(b),
-        0x10 => a.wrapping_sub(b),
-        0x20 => a.wrapping_mul(b),
-        0x30 if b == 0 => 0,
-        0x30 if signed => (a as i32).wrapping_div(b as i32) as u32,
-        0x30 => a / b,
-        0x40 => a | b,
-        0x50 => a & b,
-        0x60 => a.wrapping_shl(b & 31),
-        0x70 => a.wrapping_shr(b & 31),
-        0x80 => a.wrapping_neg(),
-        0x90 if b == 0 => a,
-        0x90 if signed => (a as i32).wrapping_rem(b as i32) as u32,
-        0x90 => a % b,
-        0xa0 => a ^ b,
-        0xc0 => ((a as i32).wrapping_shr(b & 31)) as u32,
-        _ => return None,
-    })
+    let sign_extends = op == 0xc0 || (signed && matches!(op, 0x30 | 0x90));
+    let widen = |v: u32| {
+        if sign_extends {
+            v as i32 as i64 as u64
+        } else {
+            u64::from(v)
+        }
+    };
+    let b = if matches!(op, 0x60 | 0x70 | 0xc0) {
+        b & 31
+    } else {
+        b
+    };
+    alu64(op, widen(a), widen(b), signed).map(|r| r as u32)
 }
 
 #[cfg(test)]
@@ -761,6 +760,16 @@ mod tests {
             (-3i64) as u64,
         ); // sdiv
         check(vec![mov64_k(0, 5), alu64_k(0x80, 0, 0)], (-5i64) as u64); // neg
+                                                                         // 32-bit: results cut to 32 bits and zero-extended.
+        check(vec![mov64_k(0, -8), alu32_k(0xc0, 0, 1)], 0xffff_fffc); // arsh32
+        check(vec![mov64_k(0, -8), alu32_k(0x70, 0, 1)], 0x7fff_fffc); // rsh32
+        check(vec![mov64_k(0, 1), alu32_k(0x60, 0, 33)], 2); // shift count masked to 31
+        check(vec![mov64_k(0, -1), alu32_k(0x00, 0, 1)], 0); // add32 wraps
+        check(
+            vec![mov64_k(0, -7), insn(CLASS_ALU | 0x30, 0, 0, 1, 2)],
+            0xffff_fffd,
+        ); // sdiv32
+        check(vec![mov64_k(0, -7), alu32_k(0x90, 0, 2)], 1); // mod32 of 0xffff_fff9
         check(
             vec![
                 mov64_k(0, 0x1234),

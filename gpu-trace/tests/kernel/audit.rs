@@ -32,20 +32,12 @@ fn parse_lines(text: &str) -> Vec<Value> {
 
 #[test]
 fn ten_thousand_identical_denials_fold_into_exact_counts() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "fold") else {
         return;
     };
-    let incident = Incident::new(&host, "fold");
     const REPEATS: usize = 10_000;
     let ops = vec![incident.open_rw("nvidia-uvm"); REPEATS];
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--fold",
-        "1s",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
     let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
     assert!(child.results.iter().all(|&r| r == libc::EPERM));
     let first = watcher.wait_for_events(child.pid, 1);
@@ -95,21 +87,13 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
 
 #[test]
 fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "rotate") else {
         return;
     };
-    let incident = Incident::new(&host, "rotate");
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("denied.jsonl");
     let rotated = dir.path().join("denied.jsonl.1");
-    let mut watcher = Watcher::start(&[
-        "--output",
-        log.to_str().expect("utf-8"),
-        "--fold",
-        "0",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let mut watcher = incident.watch(&["--output", log.to_str().expect("utf-8"), "--fold", "0"]);
     // Batches of denials until told to stop; rotation happens in the middle.
     let rotated_flag = Arc::new(AtomicBool::new(false));
     let producer = {
@@ -286,10 +270,9 @@ fn filters_narrow_the_stream() {
 
 #[test]
 fn metrics_count_every_denial_over_http() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "metrics") else {
         return;
     };
-    let incident = Incident::new(&host, "metrics");
     let addr = free_local_addr();
     let major = incident.uvm_major.to_string();
     let watcher = Watcher::start(&["--format", "json", "--metrics", &addr, "--major", &major]);
@@ -394,21 +377,13 @@ fn anon_rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "soak") else {
         return;
     };
-    let incident = Incident::new(&host, "soak");
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("soak.jsonl");
     // Folding on, as a node agent runs: the log stays small, counts stay exact.
-    let watcher = Watcher::start(&[
-        "--output",
-        log.to_str().expect("utf-8"),
-        "--fold",
-        "1s",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--output", log.to_str().expect("utf-8"), "--fold", "1s"]);
     const SECONDS: u64 = 20;
     let stop = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = (0..3)
@@ -506,10 +481,9 @@ impl Drop for TinyFs {
 
 #[test]
 fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "fulldisk") else {
         return;
     };
-    let incident = Incident::new(&host, "fulldisk");
     let fs_dir = TinyFs(tempfile::tempdir().expect("mount point"));
     nix::mount::mount(
         Some("tmpfs"),
@@ -520,14 +494,7 @@ fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
     )
     .expect("mount a 16 KiB tmpfs");
     let log = fs_dir.0.path().join("denied.jsonl");
-    let watcher = Watcher::start(&[
-        "--output",
-        log.to_str().expect("utf-8"),
-        "--fold",
-        "0",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--output", log.to_str().expect("utf-8"), "--fold", "0"]);
     const DENIALS: usize = 300; // far more lines than 16 KiB holds
     let child = run_probe(
         Path::new(gpu_trace()),
@@ -582,10 +549,9 @@ fn summary_json(args: &[&str], stdin: &[u8]) -> Value {
 
 #[test]
 fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "summary") else {
         return;
     };
-    let incident = Incident::new(&host, "summary");
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("denied.jsonl");
     let rotated = dir.path().join("denied.jsonl.1.gz");

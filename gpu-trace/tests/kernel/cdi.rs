@@ -8,16 +8,24 @@ use gpu_trace::scenario::{DeviceNodes, OpenMode, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::common::{
-    check_json_with, denied_open, kernel_test, scratch_cgroup, test_name, uvm_standin, Watcher,
+    assert_event_says, check_json_with, denied_open, kernel_test, scratch_cgroup, test_name,
+    uvm_standin, Watcher,
 };
+
+/// A node nvidia-uvm on a major no driver owns, as a spec's node after a
+/// driver update; the major and the node.
+fn uvm_node() -> (u32, DeviceNodes) {
+    let major = uvm_standin();
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    (major, nodes)
+}
 
 #[test]
 fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
     let Some(host) = kernel_test(test_name!()) else {
         return;
     };
-    let major = uvm_standin();
-    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let (major, nodes) = uvm_node();
     let uvm = nodes.path("nvidia-uvm");
     let specs = tempfile::tempdir().expect("temp dir");
     // Written before a driver update: the old major, and a node since gone.
@@ -83,8 +91,7 @@ fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
     let Some(host) = kernel_test(test_name!()) else {
         return;
     };
-    let major = uvm_standin();
-    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    let (major, nodes) = uvm_node();
     let uvm = nodes.path("nvidia-uvm");
     // The spec injected this node (same path in the container) with last
     // week's major; the policy, written from it, does not allow today's.
@@ -113,13 +120,13 @@ fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
     let (_, event) = denied_open(&watcher, &[&cgroup], uvm.clone(), OpenMode::ReadWrite);
     let event = &event;
     assert_eq!(event["cause"], "stale-cdi-spec", "{event:#}");
-    let explanation = event["explanation"].as_str().expect("explanation");
-    assert!(
-        explanation.contains(&format!(
+    assert_event_says(
+        event,
+        "explanation",
+        &format!(
             "was injected from CDI spec {} (nvidia.com/gpu=all)",
             spec.display()
-        )),
-        "{explanation}"
+        ),
     );
     watcher.stop_cleanly();
 }

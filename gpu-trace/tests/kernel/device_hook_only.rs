@@ -25,18 +25,11 @@ fn loaded_open_programs() -> Vec<String> {
 
 #[test]
 fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "hook-only") else {
         return;
     };
-    let incident = Incident::new(&host, "hook-only");
     let made = incident.nodes.path("made-nvidia-uvm");
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--device-hook-only",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--format", "json", "--device-hook-only"]);
     let stderr = watcher.stderr_seen.clone();
     let device_hook = says(&stderr, "gpu-trace: hook active:", "fexit")
         || (!fexit_expected() && says(&stderr, "gpu-trace: hook active:", "observer"));
@@ -105,17 +98,11 @@ fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
 
 #[test]
 fn mknod_outside_open_calls_is_reported_with_its_path() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "mknod-path") else {
         return;
     };
-    let incident = Incident::new(&host, "mknod-path");
     let made = incident.nodes.path("made-nvidia-uvm");
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--format", "json"]);
     let child = run_probe(
         Path::new(gpu_trace()),
         &[&incident.cgroup],

@@ -215,18 +215,8 @@ fn every_device_hook_reports_the_same_events() {
         .flat_map(|hook| routes.iter().map(move |route| (hook, route)))
         .filter(|&(&hook, &route)| !(errno_hook(hook) && route == "fexit"))
     {
-        let watcher = Watcher::start(&[
-            "--hook",
-            hook,
-            "--opens",
-            route,
-            "--format",
-            "json",
-            "--all",
-            "--fold",
-            "0",
-            "--major",
-            &incident.uvm_major.to_string(),
+        let watcher = incident.watch(&[
+            "--hook", hook, "--opens", route, "--format", "json", "--all", "--fold", "0",
         ]);
         let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops)
             .expect("run probe in scratch cgroup");

@@ -12,9 +12,8 @@ use std::{
 };
 
 use gpu_trace::{
-    host::mountinfo::v1_controller_mount_in,
     model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
+    scenario::{run_probe, OpenMode, ProbeOp},
 };
 use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
@@ -82,10 +81,9 @@ fn probe_in_shell(probe_args: &[String], shell_tail: &str) -> Vec<String> {
 
 #[test]
 fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-uvm") else {
         return;
     };
-    let incident = Incident::new(&host, "run-uvm");
     let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
     // The shell forks the probe: the report covers children, and the exit
     // status is the shell's own.
@@ -153,10 +151,9 @@ fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
 
 #[test]
 fn run_follows_grandchildren_and_ignores_unrelated_processes() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-tree") else {
         return;
     };
-    let incident = Incident::new(&host, "run-tree");
     let go = incident.nodes.dir().join("go");
     let uvm = incident.open_rw("nvidia-uvm");
     let grandchild = [ProbeOp::WaitFor { path: go.clone() }.to_arg(), uvm.to_arg()];
@@ -263,10 +260,9 @@ fn run_names_rules_rewritten_while_the_process_ran() {
 
 #[test]
 fn run_names_a_stale_major_from_todays_proc_devices() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-stale") else {
         return;
     };
-    let incident = Incident::new(&host, "run-stale");
     // Today nvidia-uvm has another major than the node (and the policy's deny
     // rule) carry: as after a driver update. gpu-trace reads it from a copy.
     let today = incident.uvm_major - 3;
@@ -307,10 +303,9 @@ fn run_names_a_stale_major_from_todays_proc_devices() {
 
 #[test]
 fn run_watches_a_driver_loaded_while_the_command_runs() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-late-driver") else {
         return;
     };
-    let incident = Incident::new(&host, "run-late-driver");
     // The launch run traces is what loads nvidia-uvm (nvidia-modprobe at
     // the first CUDA call): at start its major is in no list.
     let proc_devices = incident.nodes.dir().join("devices");
@@ -408,10 +403,9 @@ fn run_names_a_missing_node() {
 
 #[test]
 fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "run-unwatched") else {
         return;
     };
-    let incident = Incident::new(&host, "run-unwatched");
     // The denied stand-in major, not passed with --major: a node left with
     // an old major, say. Its path alone makes it worth reporting.
     let node = DevNode::create(incident.uvm_major, 0, 0o666);
@@ -485,37 +479,19 @@ fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
     let event = &report["problems"][0]["event"];
     assert_eq!(event["cause"], "file-permissions", "{report:#}");
     assert_eq!(event["errno"], "EACCES");
-    let explanation = event["explanation"].as_str().expect("explanation");
-    assert!(
-        explanation.contains("mode 660, open to group 44 only, and the process is not in that group (its groups: 65534 100)"),
-        "{explanation}"
-    );
-    let hint = event["hint"].as_str().expect("hint");
-    assert!(
-        hint.starts_with("give the container group 44: `--group-add 44`"),
-        "{hint}"
+    assert_event_says(event, "explanation", "mode 660, open to group 44 only, and the process is not in that group (its groups: 65534 100)");
+    assert_event_starts(
+        event,
+        "hint",
+        "give the container group 44: `--group-add 44`",
     );
 }
 
 #[test]
 fn run_names_a_cgroup_v1_devices_list_denial() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((major, v1, v2, nodes)) = v1_denial(test_name!(), "run-v1", "run-v1") else {
         return;
     };
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let Some(v1_devices) = v1_controller_mount_in(&mountinfo, "devices") else {
-        eprintln!("skipping run_names_a_cgroup_v1_devices_list_denial: no cgroup v1 devices controller mounted");
-        return;
-    };
-    let major = uvm_standin();
-    let v1 = ScratchCgroup::create(
-        &v1_devices,
-        &format!("gpu-trace-test-run-v1-{}", std::process::id()),
-    )
-    .expect("v1 cgroup");
-    fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm")).expect("devices.deny");
-    let v2 = scratch_cgroup(&host, "run-v1");
-    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
     let open = ProbeOp::Open {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::Read,

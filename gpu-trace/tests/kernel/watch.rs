@@ -10,10 +10,7 @@ use std::{
 };
 
 use gpu_trace::{
-    host::{
-        mountinfo::v1_controller_mount_in, proc_devices::CharMajors,
-        v1_device_limits::V1DeviceLimits,
-    },
+    host::{proc_devices::CharMajors, v1_device_limits::V1DeviceLimits},
     model::node::NVIDIA_FRONTEND_MAJOR,
     scenario::{
         run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy, PROBE_COMM,
@@ -30,18 +27,10 @@ use crate::common::*;
 
 #[test]
 fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "denied") else {
         return;
     };
-    let incident = Incident::new(&host, "denied");
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--opens",
-        "full",
-        "--major",
-        &incident.uvm_major.to_string(),
-    ]);
+    let watcher = incident.watch(&["--format", "json", "--opens", "full"]);
 
     let child = run_probe(
         Path::new(gpu_trace()),
@@ -186,10 +175,9 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
 
 #[test]
 fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "reuse") else {
         return;
     };
-    let incident = Incident::new(&host, "reuse");
     // A node the probe's user may not open: refused by its mode, before
     // any device check.
     let locked = incident.nodes.dir().join("nvidia-uvm-locked");
@@ -293,10 +281,9 @@ fn the_one_denial_of(
 
 #[test]
 fn allowed_access_is_reported_only_with_all() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "allowed") else {
         return;
     };
-    let incident = Incident::new(&host, "allowed");
     let major = incident.uvm_major.to_string();
     // The denied open comes last: once it is seen, the allowed one (earlier,
     // same thread) would have been seen too.
@@ -361,22 +348,9 @@ fn allowed_access_is_reported_only_with_all() {
 
 #[test]
 fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((major, v1, v2, nodes)) = v1_denial(test_name!(), "v1", "v1deny") else {
         return;
     };
-    let Some(v1_devices) = v1_devices_mount("denial_by_cgroup_v1_devices_list") else {
-        return;
-    };
-    let major = uvm_standin();
-    let v1 = ScratchCgroup::create(
-        &v1_devices,
-        &format!("gpu-trace-test-v1-{}", std::process::id()),
-    )
-    .expect("create v1 devices cgroup");
-    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
-        .expect("write devices.deny");
-    let v2 = scratch_cgroup(&host, "v1deny");
-    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
 
     let watcher = Watcher::start(&[
         "--format",
@@ -430,34 +404,17 @@ fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() 
         "{:#?}",
         watcher.stderr_seen
     );
-    let v1 = ScratchCgroup::create(
-        &v1_devices,
-        &format!("gpu-trace-test-v1-made-{}", std::process::id()),
-    )
-    .expect("create v1 devices cgroup");
+    let v1 = v1_devices_cgroup(&v1_devices, "v1-made");
     watcher.wait_for_stderr(
         "gpu-trace: open results traced by the syscall tracepoints, needed because a cgroup in the cgroup v1 devices hierarchy was made or joined",
     );
-    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
-        .expect("write devices.deny");
+    v1_deny_major(&v1, major);
     let v2 = scratch_cgroup(&host, "v1made");
     let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
     let event = denied_by_devices_deny(watcher, &nodes, &v2, &v1);
     assert_eq!(event["verdict"], "denied");
     assert_eq!(event["verdict_source"], "not-bpf", "{event}");
     assert_eq!(event["errno"], "EPERM");
-}
-
-/// Where the cgroup v1 devices controller is mounted; None, saying that
-/// `test` skips, where it is not. A property of the host's layout, not a
-/// missing kernel feature: pure cgroup2 hosts have no devices.list at all.
-fn v1_devices_mount(test: &str) -> Option<std::path::PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
-    let mount = v1_controller_mount_in(&mountinfo, "devices");
-    if mount.is_none() {
-        eprintln!("skipping {test}: no cgroup v1 devices controller mounted");
-    }
-    mount
 }
 
 /// Opens the node from a process in `v2` and the v1 cgroup `v1`, whose
@@ -623,12 +580,11 @@ fn nothing_stays_attached_after_kill_9() {
 
 #[test]
 fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "reader-gone") else {
         return;
     };
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    let incident = Incident::new(&host, "reader-gone");
     let before = gpu_trace_program_ids();
     // `gpu-trace watch | head -n 1`, with the test as head.
     let mut child = Command::new(gpu_trace())
@@ -803,10 +759,10 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     assert_eq!(event["role"], "compute", "{event:#}");
     assert_eq!(event["major"], kfd, "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
-    let explanation = event["explanation"].as_str().expect("explanation");
-    assert!(
-        explanation.contains(&format!("kfd's major {kfd} (AMD's ROCm compute node)")),
-        "{explanation}"
+    assert_event_says(
+        event,
+        "explanation",
+        &format!("kfd's major {kfd} (AMD's ROCm compute node)"),
     );
     watcher.stop_cleanly();
     // --vendor nvidia reports an NVIDIA denial made after the kfd one...
@@ -884,10 +840,9 @@ fn watched_at_ready(stderr: &[String]) -> Vec<u32> {
 
 #[test]
 fn watch_watches_a_driver_major_registered_after_start() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some(incident) = incident_test(test_name!(), "late-driver") else {
         return;
     };
-    let incident = Incident::new(&host, "late-driver");
     // nvidia-uvm is not loaded when watch starts (nvidia-modprobe loads it
     // at the first CUDA call): its major is in no list, and not watched.
     let proc_devices = tempfile::NamedTempFile::new().expect("temp file");

@@ -23,7 +23,7 @@ use gpu_trace::{
 };
 use serde_json::Value;
 
-use crate::common::{check_json_with, kernel_test, test_name, Watcher, WAIT};
+use crate::common::{assert_event_says, check_json_with, kernel_test, test_name, Watcher, WAIT};
 
 const FRONTEND: u32 = 195;
 
@@ -915,10 +915,10 @@ fn an_apparmor_profile_that_refuses_the_node_is_named() {
     assert_eq!(event["verdict"], "denied", "{event:#}");
     assert_eq!(event["verdict_source"], "security-module", "{event:#}");
     assert_eq!(event["cause"], "lsm-denied", "{event:#}");
-    let explanation = event["explanation"].as_str().expect("explanation");
-    assert!(
-        explanation.contains(&format!("profile {profile}, enforce mode")),
-        "{explanation}"
+    assert_event_says(
+        event,
+        "explanation",
+        &format!("profile {profile}, enforce mode"),
     );
     watcher.stop_cleanly();
     drop(container);

@@ -43,10 +43,7 @@ impl LxcContainer {
         command: &str,
     ) -> Self {
         let name = format!("gt-{test}-{}", std::process::id());
-        let dir = tempfile::Builder::new()
-            .prefix("gpu-trace-lxc-")
-            .tempdir()
-            .expect("temp dir");
+        let dir = temp_dir_named("gpu-trace-lxc-");
         let root = dir.path().join("rootfs");
         for sub in ["bin", "dev", "proc", "sys", "tmp"] {
             fs::create_dir_all(root.join(sub)).expect("rootfs dirs");
@@ -207,6 +204,16 @@ fn stand_in_nodes() -> (DeviceNodes, u32) {
     (nodes, major)
 }
 
+/// `gpu-trace run --format json --major MAJOR ARGS --`, for the command to follow.
+fn run_json(major: u32, args: &[&str]) -> Command {
+    let mut command = Command::new(gpu_trace());
+    command
+        .args(["run", "--format", "json", "--major", &major.to_string()])
+        .args(args)
+        .arg("--");
+    command
+}
+
 fn report_of(stderr: &str) -> Value {
     stderr
         .lines()
@@ -230,15 +237,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
     );
 
     // gpu-trace starts lxc-execute itself: the container's processes are its descendants.
-    let traced = Command::new(gpu_trace())
-        .args([
-            "run",
-            "--format",
-            "json",
-            "--major",
-            &major.to_string(),
-            "--",
-        ])
+    let traced = run_json(major, &[])
         .args(&container.argv)
         .output()
         .expect("gpu-trace run lxc-execute");
@@ -271,14 +270,15 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
         "LXC's program refused it"
     );
     assert_eq!(event["cause"], "dynamic-major-not-allowed");
-    let hint = event["hint"].as_str().expect("hint");
-    assert!(
-        hint.contains(&format!("lxc.cgroup2.devices.allow: c {major}:* rwm")),
-        "{hint}"
+    assert_event_says(
+        event,
+        "hint",
+        &format!("lxc.cgroup2.devices.allow: c {major}:* rwm"),
     );
-    assert!(
-        hint.contains("lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm"),
-        "{hint}"
+    assert_event_says(
+        event,
+        "hint",
+        "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm",
     );
 }
 
@@ -302,17 +302,7 @@ fn run_with_container_reproduces_under_its_policy_from_the_host() {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::ReadWrite,
     };
-    let output = Command::new(gpu_trace())
-        .args([
-            "run",
-            "--format",
-            "json",
-            "--major",
-            &major.to_string(),
-            "--container",
-            &container.name,
-            "--",
-        ])
+    let output = run_json(major, &["--container", &container.name])
         .args([gpu_trace(), "__probe", &open.to_arg()])
         .output()
         .expect("gpu-trace run --container");

@@ -29,10 +29,7 @@ struct RuncContainer {
 impl RuncContainer {
     fn start(test: &str, allowed_char_majors: &[u32], pure_v2: bool) -> Self {
         let id = format!("gt-{test}-{}", std::process::id());
-        let dir = tempfile::Builder::new()
-            .prefix("gpu-trace-runc-")
-            .tempdir()
-            .expect("temp dir");
+        let dir = temp_dir_named("gpu-trace-runc-");
         let bundle = dir.path().join("bundle");
         let rootfs = bundle.join("rootfs/bin");
         fs::create_dir_all(&rootfs).expect("rootfs");
@@ -125,17 +122,31 @@ fn runc_test(name: &str) -> Option<gpu_trace::host::preflight::Host> {
     Some(host)
 }
 
+/// A runc container on pure cgroup2 allowed 195 only, whose program the
+/// evaluator judges as the kernel does (195, the uvm stand-in, 1); the
+/// container and the policy in force at its cgroup.
+fn runc_v2_matching_the_kernel(
+    host: &gpu_trace::host::preflight::Host,
+    test: &str,
+) -> (
+    RuncContainer,
+    gpu_trace::kernel::programs_in_force::CgroupPolicy,
+) {
+    let major = uvm_standin();
+    let container = RuncContainer::start(test, &[195], true);
+    let dir = host
+        .cgroup2_mount
+        .join(container.cgroup.trim_start_matches('/'));
+    let policy = assert_evaluator_matches_kernel(&host.cgroup2_mount, &dir, &[195, major, 1]);
+    (container, policy)
+}
+
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
     let Some(host) = runc_test(test_name!()) else {
         return;
     };
-    let major = uvm_standin();
-    let container = RuncContainer::start("runc-v2", &[195], true);
-    let dir = host
-        .cgroup2_mount
-        .join(container.cgroup.trim_start_matches('/'));
-    let policy = assert_evaluator_matches_kernel(&host.cgroup2_mount, &dir, &[195, major, 1]);
+    let (container, policy) = runc_v2_matching_the_kernel(&host, "runc-v2");
     assert!(
         policy
             .programs
@@ -151,12 +162,7 @@ fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
         return;
     };
     let _harden = JitHarden::set("2");
-    let major = uvm_standin();
-    let container = RuncContainer::start("runc-hardened", &[195], true);
-    let dir = host
-        .cgroup2_mount
-        .join(container.cgroup.trim_start_matches('/'));
-    let policy = assert_evaluator_matches_kernel(&host.cgroup2_mount, &dir, &[195, major, 1]);
+    let (_container, policy) = runc_v2_matching_the_kernel(&host, "runc-hardened");
     assert!(
         blinded(&policy),
         "the kernel blinded runc's program: {policy:#?}"

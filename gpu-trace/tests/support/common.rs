@@ -17,7 +17,7 @@ use gpu_trace::{
         preflight::{check_host, Host},
         proc_devices::CharMajors,
     },
-    scenario::{incident::UVM_NODE, OpenMode, ProbeOp, ScratchCgroup},
+    scenario::{incident::UVM_NODE, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
 };
 use gpu_trace_common::program;
 use nix::{
@@ -268,6 +268,16 @@ pub trait IncidentInTests {
     /// One open of the uvm node from inside the cgroup, which the policy
     /// denies (asserted); returns the probe's pid.
     fn deny_once(&self) -> u32;
+    /// `gpu-trace watch ARGS --major UVM`: the stand-in uvm major has no
+    /// driver, so watch sees it only when named.
+    fn watch(&self, args: &[&str]) -> Watcher;
+}
+
+/// The incident in a scratch cgroup named after `cgroup`, or None (with
+/// the reason printed) when `test` cannot run on this host.
+pub fn incident_test(test: &str, cgroup: &str) -> Option<Incident> {
+    let host = kernel_test(test)?;
+    Some(Incident::new(&host, cgroup))
 }
 
 impl IncidentInTests for Incident {
@@ -287,6 +297,13 @@ impl IncidentInTests for Incident {
             .expect("run probe in scratch cgroup");
         assert_eq!(probe.results, [libc::EPERM]);
         probe.pid
+    }
+
+    fn watch(&self, args: &[&str]) -> Watcher {
+        let major = self.uvm_major.to_string();
+        let mut all = args.to_vec();
+        all.extend(["--major", &major]);
+        Watcher::start(&all)
     }
 }
 
@@ -315,6 +332,82 @@ pub fn denied_open(
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = events.into_iter().next().expect("one event");
     (probe.pid, event)
+}
+
+/// Where the cgroup v1 devices controller is mounted; None, saying that
+/// `test` skips, where it is not. A property of the host's layout, not a
+/// missing kernel feature: pure cgroup2 hosts have no devices.list at all.
+pub fn v1_devices_mount(test: &str) -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    let mount = gpu_trace::host::mountinfo::v1_controller_mount_in(&mountinfo, "devices");
+    if mount.is_none() {
+        eprintln!("skipping {test}: no cgroup v1 devices controller mounted");
+    }
+    mount
+}
+
+/// A scratch cgroup named after `name` in the v1 devices hierarchy at `v1_devices`.
+pub fn v1_devices_cgroup(v1_devices: &std::path::Path, name: &str) -> ScratchCgroup {
+    ScratchCgroup::create(
+        v1_devices,
+        &format!("gpu-trace-test-{name}-{}", std::process::id()),
+    )
+    .expect("create v1 devices cgroup")
+}
+
+/// Has the v1 devices cgroup `v1` refuse every node of `major`.
+pub fn v1_deny_major(v1: &ScratchCgroup, major: u32) {
+    std::fs::write(v1.path().join("devices.deny"), format!("c {major}:* rwm"))
+        .expect("write devices.deny");
+}
+
+/// A denial by the cgroup v1 devices list: the stand-in uvm major, a v1
+/// devices cgroup `v1_name` that refuses it, a cgroup2 scratch cgroup
+/// `v2_name` to open it from, and its node. None (said) where `test`
+/// cannot run or the host has no v1 devices controller.
+pub fn v1_denial(
+    test: &str,
+    v1_name: &str,
+    v2_name: &str,
+) -> Option<(u32, ScratchCgroup, ScratchCgroup, DeviceNodes)> {
+    let host = kernel_test(test)?;
+    let v1_devices = v1_devices_mount(test)?;
+    let major = uvm_standin();
+    let v1 = v1_devices_cgroup(&v1_devices, v1_name);
+    v1_deny_major(&v1, major);
+    let v2 = scratch_cgroup(&host, v2_name);
+    let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");
+    Some((major, v1, v2, nodes))
+}
+
+/// A temporary directory whose name starts with `prefix`, so that one left
+/// behind says what made it; removed on drop.
+pub fn temp_dir_named(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// The event's text `field` ("explanation", "hint"); panics when it has none.
+pub fn event_text<'a>(event: &'a Value, field: &str) -> &'a str {
+    event[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field}: {event:#}"))
+}
+
+/// Asserts that the event's text `field` contains `part`, showing the text.
+#[track_caller]
+pub fn assert_event_says(event: &Value, field: &str, part: &str) {
+    let text = event_text(event, field);
+    assert!(text.contains(part), "{text}");
+}
+
+/// Asserts that the event's text `field` starts with `prefix`, showing the text.
+#[track_caller]
+pub fn assert_event_starts(event: &Value, field: &str, prefix: &str) {
+    let text = event_text(event, field);
+    assert!(text.starts_with(prefix), "{text}");
 }
 
 /// Whether a line of `stderr` starts with `prefix` and contains `part`.

@@ -122,18 +122,14 @@ impl Diagnoser {
 mod tests {
     use std::rc::Rc;
 
-    use super::Diagnoser;
     use crate::{
         analysis::{
-            diagnose::{
-                host::NodeGroup,
-                testing::{denied, DOCKER_SCOPE},
-            },
-            test_support::{record, PROC_DEVICES},
+            diagnose::{host::NodeGroup, testing::*},
+            test_support::PROC_DEVICES,
         },
         cgroup::first_process::FirstProcess,
         host::proc_devices::CharMajors,
-        model::{access::Verdict, denied_by::DeniedBy, diagnosis::Cause, rendered::Rendered},
+        model::{denied_by::DeniedBy, rendered::Rendered},
     };
 
     /// The cache key is the facts themselves: an input a cause reads
@@ -177,14 +173,8 @@ mod tests {
                 process_groups: if pid == 2 { vec![44] } else { vec![109] },
             })
         };
-        let mut eacces = record(
-            DOCKER_SCOPE,
-            "/dev/dri/renderD128",
-            226,
-            128,
-            Verdict::FailedBeforeDeviceCheck,
-            -libc::EACCES,
-        );
+        let mut eacces =
+            failed_before_check(DOCKER_SCOPE, "/dev/dri/renderD128", 226, 128, libc::EACCES);
         let hint = |d: &mut Diagnoser, eacces: &crate::model::record::Record| {
             d.diagnose(eacces, &majors, 0, None, None)
                 .expect("diagnosis")

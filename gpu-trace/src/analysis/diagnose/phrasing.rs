@@ -108,13 +108,19 @@ impl Facts {
     /// How the container's runtime allows the denied device: the node's
     /// usual path, the major denied, its driver's name today.
     pub fn allow_denied(&self) -> Vec<String> {
-        let device = DeviceToAllow {
-            path: &self.host_node_path(),
+        self.with_denied_device(|device| runtime::allow_device(self.container(), device))
+    }
+
+    /// `use_it` on the denied device as the runtimes take it, built in one
+    /// place so that allowing it and keeping its rules name the same node.
+    fn with_denied_device<T>(&self, use_it: impl FnOnce(&DeviceToAllow) -> T) -> T {
+        let path = self.host_node_path();
+        use_it(&DeviceToAllow {
+            path: &path,
             major: self.major,
             minor: self.denied_minor(),
             driver: self.driver_name(),
-        };
-        runtime::allow_device(self.container(), &device)
+        })
     }
 
     /// Where the host has the denied node, for a fix to name: NVIDIA's own
@@ -154,13 +160,9 @@ impl Facts {
     /// What keeps the container's rules for the denied device from being
     /// rewritten, in its runtime's words.
     pub fn keep_denied_rules(&self) -> Vec<String> {
-        let device = DeviceToAllow {
-            path: &self.host_node_path(),
-            major: self.major,
-            minor: self.denied_minor(),
-            driver: self.driver_name(),
-        };
-        runtime::of(self.container().runtime).keep_rules(self.container(), &device)
+        self.with_denied_device(|device| {
+            runtime::of(self.container().runtime).keep_rules(self.container(), device)
+        })
     }
 }
 

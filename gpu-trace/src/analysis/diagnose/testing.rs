@@ -4,13 +4,9 @@
 use std::rc::Rc;
 
 use crate::{
-    analysis::{
-        diagnose::Diagnoser,
-        test_support::{record, PROC_DEVICES},
-    },
+    analysis::test_support::PROC_DEVICES,
     host::proc_devices::CharMajors,
     model::{
-        access::Verdict,
         denied_by::DeniedBy,
         diagnosis::Diagnosis,
         policy_writer::{Manager, PolicyWriter},
@@ -18,10 +14,20 @@ use crate::{
         rendered::Rendered,
     },
 };
+/// What nearly every cause's tests name, so that with
+/// `use crate::analysis::diagnose::testing::*` each imports only its own.
+pub use crate::{
+    analysis::{diagnose::Diagnoser, test_support::record},
+    model::{access::Verdict, diagnosis::Cause},
+};
 
 /// A Docker container's scope under the systemd cgroup driver.
 pub const DOCKER_SCOPE: &str =
     "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
+
+/// The same container's cgroup under Docker's cgroupfs driver.
+pub const DOCKER_CGROUPFS: &str =
+    "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
 
 /// Names a tenant may give its cgroup (root in an LXC container, a
 /// delegated systemd subtree) or the path it opens.
@@ -41,6 +47,19 @@ pub fn denied(cgroup: &str, path: &str, major: u32, minor: u32) -> Record {
         minor,
         Verdict::DeniedByBpfPolicy,
         -libc::EPERM,
+    )
+}
+
+/// An open of `path` (c major:minor) from `cgroup` that failed with
+/// `errno` before any device check (the node's mode, a missing node).
+pub fn failed_before_check(cgroup: &str, path: &str, major: u32, minor: u32, errno: i32) -> Record {
+    record(
+        cgroup,
+        path,
+        major,
+        minor,
+        Verdict::FailedBeforeDeviceCheck,
+        -errno,
     )
 }
 
@@ -77,4 +96,10 @@ pub fn by_program(attached_at: &str, manager: Manager) -> Rc<Rendered<DeniedBy>>
 #[track_caller]
 pub fn assert_has(text: &str, part: &str) {
     assert!(text.contains(part), "{part:?} not in {text:?}");
+}
+
+/// Asserts that `text` starts with `prefix`, showing `text` when it does not.
+#[track_caller]
+pub fn assert_starts(text: &str, prefix: &str) {
+    assert!(text.starts_with(prefix), "{text}");
 }

@@ -72,10 +72,7 @@ fn is_strict_ancestor(ancestor: &str, cgroup: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::is_strict_ancestor;
-    use crate::{
-        analysis::diagnose::testing::{assert_has, by_program, denied, diagnosis_of},
-        model::{diagnosis::Cause, policy_writer::Manager},
-    };
+    use crate::{analysis::diagnose::testing::*, model::policy_writer::Manager};
 
     #[test]
     fn a_slices_program_is_an_ancestor_policy() {

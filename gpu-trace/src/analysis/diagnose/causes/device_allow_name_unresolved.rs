@@ -72,12 +72,8 @@ mod tests {
     use std::rc::Rc;
 
     use crate::{
-        analysis::diagnose::{
-            testing::{assert_has, by_program, denied},
-            Diagnoser,
-        },
-        host::proc_devices::CharMajors,
-        model::{diagnosis::Cause, policy_writer::Manager},
+        analysis::diagnose::testing::*, host::proc_devices::CharMajors,
+        model::policy_writer::Manager,
     };
 
     #[test]

@@ -18,11 +18,7 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::diagnose::testing::{assert_has, denied, diagnosis_of, HOSTILE},
-        model::diagnosis::Cause,
-        scenario::pasted::assert_paste_safe,
-    };
+    use crate::{analysis::diagnose::testing::*, scenario::pasted::assert_paste_safe};
 
     #[test]
     fn a_denied_frontend_node_is_allowed_by_its_path_not_by_the_drivers_name() {
@@ -44,24 +40,14 @@ mod tests {
             // A render node opened through a path the tenant chose: the
             // fix names the host's link for the numbers the kernel saw.
             let path = format!("/tmp/{name}/card");
-            let mut drm = denied(
-                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
-                &path,
-                226,
-                0,
-            );
+            let mut drm = denied(DOCKER_CGROUPFS, &path, 226, 0);
             drm.node = None;
             let diag = diagnosis_of(&drm);
             assert_has(&diag.hint, "`--device /dev/char/226:0`");
             assert!(!diag.hint.contains(name), "{}", diag.hint);
             // A single-purpose major: the path opened, as a literal word.
             let path = format!("/tmp/{name}/accel");
-            let mut other = denied(
-                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
-                &path,
-                240,
-                0,
-            );
+            let mut other = denied(DOCKER_CGROUPFS, &path, 240, 0);
             other.node = None;
             let diag = diagnosis_of(&other);
             assert_has(&diag.hint, "--device");

@@ -79,15 +79,7 @@ fn kfd(facts: &Facts) -> Finding {
 #[cfg(test)]
 mod tests {
     use crate::{
-        analysis::{
-            diagnose::{
-                testing::{assert_has, denied, diagnose, diagnosis_of, DOCKER_SCOPE, HOSTILE},
-                Diagnoser,
-            },
-            test_support::record,
-        },
-        host::proc_devices::CharMajors,
-        model::{access::Verdict, diagnosis::Cause},
+        analysis::diagnose::testing::*, host::proc_devices::CharMajors,
         scenario::pasted::assert_paste_safe,
     };
 

@@ -66,27 +66,18 @@ fn lacks_the_only_group(g: &NodeGroup) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::{
-        analysis::{
-            diagnose::{
-                host::NodeGroup,
-                testing::{assert_has, diagnose, diagnosis_of, HOSTILE},
-                Diagnoser,
-            },
-            test_support::record,
-        },
-        model::{access::Verdict, diagnosis::Cause},
+        analysis::diagnose::{host::NodeGroup, testing::*},
         scenario::pasted::assert_paste_safe,
     };
 
     #[test]
     fn a_node_open_to_a_group_the_process_lacks_names_the_group() {
-        let r = record(
+        let r = failed_before_check(
             "/system.slice/docker-ab.scope",
             "/dev/dri/renderD128",
             226,
             128,
-            Verdict::FailedBeforeDeviceCheck,
-            -libc::EACCES,
+            libc::EACCES,
         );
         let mut d = Diagnoser::default();
         d.host.node_group = |_, _| {
@@ -99,11 +90,9 @@ mod tests {
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert_eq!(diag.cause, Cause::FilePermissions);
         assert_has(&diag.explanation, "mode 660, open to group 109 only");
-        assert!(
-            diag.hint
-                .starts_with("give the container group 109: `--group-add 109`"),
-            "{}",
-            diag.hint
+        assert_starts(
+            &diag.hint,
+            "give the container group 109: `--group-add 109`",
         );
         // In the group already: the general advice.
         let mut d = Diagnoser::default();
@@ -115,19 +104,12 @@ mod tests {
             })
         };
         let diag = diagnose(&mut d, &r).expect("diagnosis");
-        assert!(diag.hint.starts_with("check `ls -l"), "{}", diag.hint);
+        assert_starts(&diag.hint, "check `ls -l");
     }
 
     #[test]
     fn eacces_before_the_device_check_is_not_a_policy_problem() {
-        let eacces = record(
-            "/",
-            "/dev/nvidia0",
-            0,
-            0,
-            Verdict::FailedBeforeDeviceCheck,
-            -libc::EACCES,
-        );
+        let eacces = failed_before_check("/", "/dev/nvidia0", 0, 0, libc::EACCES);
         let diag = diagnosis_of(&eacces);
         assert_eq!(diag.cause, Cause::FilePermissions);
         assert_has(&diag.explanation, "not the device policy");
@@ -137,14 +119,7 @@ mod tests {
     fn hostile_paths_reach_the_ls_hint_as_literal_words() {
         for name in HOSTILE {
             let path = format!("/tmp/{name}/nvidia-uvm");
-            let eacces = record(
-                "/",
-                &path,
-                0,
-                0,
-                Verdict::FailedBeforeDeviceCheck,
-                -libc::EACCES,
-            );
+            let eacces = failed_before_check("/", &path, 0, 0, libc::EACCES);
             assert_paste_safe(&diagnosis_of(&eacces).hint, &path);
         }
     }

@@ -60,17 +60,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::{
-            diagnose::{
-                testing::{assert_has, diagnose},
-                Diagnoser,
-            },
-            test_support::record,
-        },
-        host::security_modules::SecurityModule,
-        model::{access::Verdict, diagnosis::Cause},
-    };
+    use crate::{analysis::diagnose::testing::*, host::security_modules::SecurityModule};
 
     #[test]
     fn eacces_after_the_device_check_names_the_security_module() {
@@ -91,11 +81,9 @@ mod tests {
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert_eq!(diag.cause, Cause::LsmDenied);
         assert_has(&diag.explanation, "profile gpu-jobs, enforce mode");
-        assert!(
-            diag.hint
-                .starts_with("allow the node in profile gpu-jobs: `/dev/nvidia-uvm rw,`"),
-            "{}",
-            diag.hint
+        assert_starts(
+            &diag.hint,
+            "allow the node in profile gpu-jobs: `/dev/nvidia-uvm rw,`",
         );
         let mut d = Diagnoser::default();
         d.host.security_module = |_| Some(SecurityModule::SeLinux { context: None });

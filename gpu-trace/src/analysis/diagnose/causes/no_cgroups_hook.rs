@@ -44,13 +44,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::diagnose::{
-            testing::{by_program, denied, diagnose, DOCKER_SCOPE},
-            Diagnoser,
-        },
-        model::{diagnosis::Cause, policy_writer::Manager},
-    };
+    use crate::{analysis::diagnose::testing::*, model::policy_writer::Manager};
 
     #[test]
     fn a_runtime_config_with_no_cgroups_is_named() {
@@ -60,7 +54,7 @@ mod tests {
         d.host.no_cgroups_config = || Some("/etc/nvidia-container-runtime/config.toml".into());
         let diag = diagnose(&mut d, &r).expect("diagnosis");
         assert_eq!(diag.cause, Cause::NoCgroupsHook);
-        assert!(diag.hint.starts_with("set `no-cgroups = false` under [nvidia-container-cli] in /etc/nvidia-container-runtime/config.toml"), "{}", diag.hint);
+        assert_starts(&diag.hint, "set `no-cgroups = false` under [nvidia-container-cli] in /etc/nvidia-container-runtime/config.toml");
         let mut d = Diagnoser::default();
         d.host.no_cgroups_config = || None;
         assert_ne!(

@@ -63,41 +63,18 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::{
-            diagnose::{
-                testing::{assert_has, diagnose},
-                Diagnoser,
-            },
-            test_support::record,
-        },
-        model::{access::Verdict, diagnosis::Cause},
-    };
+    use crate::analysis::diagnose::testing::*;
 
     #[test]
     fn enoent_is_a_missing_node_with_its_modprobe() {
         let mut d = Diagnoser::default();
         d.host.uvm_loaded = || false;
-        let missing = record(
-            "/",
-            "/dev/nvidia-uvm",
-            0,
-            0,
-            Verdict::FailedBeforeDeviceCheck,
-            -libc::ENOENT,
-        );
+        let missing = failed_before_check("/", "/dev/nvidia-uvm", 0, 0, libc::ENOENT);
         let diag = diagnose(&mut d, &missing).expect("diagnosis");
         assert_eq!(diag.cause, Cause::NodeMissing);
         assert_has(&diag.fix[0], "nvidia-modprobe -u -c=0");
         assert_has(&diag.explanation, "the nvidia_uvm module is not loaded");
-        let modeset = record(
-            "/",
-            "/dev/nvidia-modeset",
-            0,
-            0,
-            Verdict::FailedBeforeDeviceCheck,
-            -libc::ENOENT,
-        );
+        let modeset = failed_before_check("/", "/dev/nvidia-modeset", 0, 0, libc::ENOENT);
         assert_has(
             &diagnose(&mut d, &modeset).expect("diagnosis").fix[0],
             "nvidia-modprobe -m",

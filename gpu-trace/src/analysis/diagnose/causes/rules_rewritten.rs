@@ -58,16 +58,10 @@ mod tests {
     use std::rc::Rc;
 
     use crate::{
-        analysis::{
-            diagnose::{
-                testing::{assert_has, denied, diagnose, DOCKER_SCOPE},
-                Diagnoser,
-            },
-            test_support::{record, PROC_DEVICES},
-        },
+        analysis::{diagnose::testing::*, test_support::PROC_DEVICES},
         cgroup::first_process::FirstProcess,
         host::proc_devices::CharMajors,
-        model::{access::Verdict, denied_by::DeniedBy, diagnosis::Cause, rendered::Rendered},
+        model::{denied_by::DeniedBy, rendered::Rendered},
     };
 
     #[test]

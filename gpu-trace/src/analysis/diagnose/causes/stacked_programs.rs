@@ -53,10 +53,9 @@ mod tests {
     use std::rc::Rc;
 
     use crate::{
-        analysis::diagnose::testing::{assert_has, by_program, denied, diagnosis_of},
+        analysis::diagnose::testing::*,
         model::{
             denied_by::{AllowingProgram, DeniedBy},
-            diagnosis::Cause,
             policy_writer::Manager,
             rendered::Rendered,
         },
@@ -86,11 +85,9 @@ mod tests {
             &diag.explanation,
             "while prog 12 (hook) at /machine.slice/libpod-ab.scope allows it",
         );
-        assert!(
-            diag.hint
-                .starts_with("make the denying program allow it too (written by crun)"),
-            "{}",
-            diag.hint
+        assert_starts(
+            &diag.hint,
+            "make the denying program allow it too (written by crun)",
         );
     }
 }

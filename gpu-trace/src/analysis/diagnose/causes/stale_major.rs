@@ -74,17 +74,7 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::{
-            diagnose::{
-                testing::{assert_has, denied, diagnose, diagnosis_of, HOSTILE},
-                Diagnoser,
-            },
-            test_support::record,
-        },
-        host::proc_devices::CharMajors,
-        model::{access::Verdict, diagnosis::Cause},
-    };
+    use crate::{analysis::diagnose::testing::*, host::proc_devices::CharMajors};
 
     #[test]
     fn node_with_an_old_major_is_stale() {
@@ -118,12 +108,7 @@ mod tests {
         for name in HOSTILE {
             // A tenant's own node, with a major no driver has today.
             let path = format!("/tmp/{name}/nvidia-cap1");
-            let stale = denied(
-                "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8",
-                &path,
-                240,
-                7,
-            );
+            let stale = denied(DOCKER_CGROUPFS, &path, 240, 7);
             let majors = CharMajors::parse(
                 "Character devices:\n195 nvidia-frontend\n236 nvidia-caps\n509 nvidia-uvm\n",
             );

@@ -34,10 +34,7 @@ pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::{diagnose::testing::diagnosis_of, test_support::record},
-        model::{access::Verdict, diagnosis::Cause},
-    };
+    use crate::analysis::diagnose::testing::*;
 
     #[test]
     fn v1_denial_points_at_devices_list() {

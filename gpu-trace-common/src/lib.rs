@@ -302,11 +302,15 @@ pub struct LastDeviceCheck {
 
 const _: () = assert!(core::mem::size_of::<LastDeviceCheck>() == 32);
 
-/// A cgroup's path relative to the cgroup2 mount, NUL-terminated.
+/// A cgroup's path relative to the cgroup2 mount, NUL-terminated, and who
+/// made it.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CgroupPath {
     pub path: [u8; PATH_LEN],
+    /// The uid (in the initial user namespace) of the task that made the
+    /// directory: what its owner was, once it is gone.
+    pub creator_uid: u32,
 }
 
 /// `OpenInFlight::seen` bits.

@@ -5,7 +5,9 @@
 //! tracepoint, so it costs nothing on other paths.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_kernel_str_bytes, macros::tracepoint, programs::TracePointContext,
+    helpers::{bpf_get_current_uid_gid, bpf_probe_read_kernel_str_bytes},
+    macros::tracepoint,
+    programs::TracePointContext,
     EbpfContext,
 };
 use gpu_trace_common::{cgroup_mkdir, CgroupPath, PATH_LEN};
@@ -16,6 +18,7 @@ use crate::{maps::CGROUP_PATHS, tracepoint_record::record_field};
 const CGROUP2_ROOT: i32 = 0;
 static EMPTY: CgroupPath = CgroupPath {
     path: [0; PATH_LEN],
+    creator_uid: u32::MAX,
 };
 
 #[tracepoint]
@@ -39,7 +42,12 @@ pub fn note_cgroup_mkdir(ctx: TracePointContext) -> u32 {
         .as_ptr()
         .cast::<u8>()
         .wrapping_add((path_loc & 0xffff) as usize);
-    // SAFETY: kernel memory read with the fault-tolerant helper into our own slot.
-    let _ = unsafe { bpf_probe_read_kernel_str_bytes(path, &mut (*slot).path) };
+    // SAFETY: kernel memory read with the fault-tolerant helper into our own
+    // slot; the slot is ours to write.
+    unsafe {
+        let _ = bpf_probe_read_kernel_str_bytes(path, &mut (*slot).path);
+        // The low half is the uid.
+        (*slot).creator_uid = bpf_get_current_uid_gid() as u32;
+    }
     0
 }

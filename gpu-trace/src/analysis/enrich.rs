@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::{
     cgroup::{
         first_process::{first_process_in, FirstProcess},
-        identity::identify,
+        identity::identify_made_by,
         resolver::CgroupResolver,
     },
     host::{clock::BootClock, proc_devices::CharMajors, sysfs_devices::device_facts},
@@ -215,7 +215,8 @@ impl Enricher {
             || format!("(gone, id {cgroup_id})"),
             |p| p.to_string_lossy().into_owned(),
         );
-        let container = Rc::new(Rendered::new(identify(&path, &self.names)));
+        let creator = self.cgroups.creator_uid(cgroup_id);
+        let container = Rc::new(Rendered::new(identify_made_by(&path, &self.names, creator)));
         if cgroup.is_some() {
             if self.containers.len() >= CONTAINERS_LIMIT {
                 self.containers.clear();

@@ -19,8 +19,18 @@ use crate::{
 /// a docker container); a systemd unit counts only outside any container
 /// (a service inside an LXC container belongs to that container).
 pub fn identify(cgroup: &str, names: &NameSources) -> Container {
+    identify_made_by(cgroup, names, None)
+}
+
+/// The same, knowing who made the cgroup itself (the kernel's note of a
+/// cgroup made since start): a cgroup a user made is that user's claim,
+/// also once it and the directory it sat in are gone.
+pub fn identify_made_by(cgroup: &str, names: &NameSources, creator_uid: Option<u32>) -> Container {
     let components: Vec<&str> = cgroup.split('/').filter(|c| !c.is_empty()).collect();
-    let trusted = root_made_depth(names, &components);
+    let mut trusted = root_made_depth(names, &components);
+    if creator_uid.is_some_and(|uid| uid != 0) {
+        trusted = trusted.min(components.len().saturating_sub(1));
+    }
     let mut container = None;
     let mut unit = None;
     for (depth, component) in components.iter().enumerate().take(trusted) {
@@ -301,5 +311,17 @@ mod tests {
             (victim.runtime, victim.id.as_str()),
             (Runtime::Docker, DOCKER_ID)
         );
+    }
+
+    #[test]
+    fn a_cgroup_a_user_made_is_not_a_runtimes_claim() {
+        let path = format!("/user.slice/user@1000.service/docker-{DOCKER_ID}.scope");
+        let names = NameSources::default();
+        let by_root = identify_made_by(&path, &names, Some(0));
+        assert_eq!(by_root.runtime, Runtime::Docker);
+        let by_user = identify_made_by(&path, &names, Some(1000));
+        assert_eq!(by_user.runtime, Runtime::Systemd);
+        assert_eq!(by_user.id, "user@1000.service");
+        assert_eq!(identify_made_by(&path, &names, None), by_root);
     }
 }

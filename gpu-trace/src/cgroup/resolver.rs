@@ -18,9 +18,10 @@ use crate::host::{
     cgroup_handle::{ById, CgroupHandles},
     cgroup_tree::subdirectories,
 };
+use crate::model::cgroup_note::CgroupNote;
 
-/// The path of a cgroup made since start, by id, as the kernel noted it.
-type PathOfCgroupMade = Box<dyn Fn(u64) -> Option<PathBuf>>;
+/// The kernel's note of a cgroup made since start, by id.
+type NoteOfCgroupMade = Box<dyn Fn(u64) -> Option<CgroupNote>>;
 
 /// Bytes of cgroup paths kept: a tenant's 40 000 cgroups with 3.9 KB paths
 /// would be 160 MB; past this, paths are named again when next met.
@@ -54,7 +55,7 @@ pub struct CgroupResolver {
     walks: Walks,
     /// The kernel's note of each cgroup made since start: names a cgroup
     /// already removed, and one made since the last walk, without a walk.
-    made: Option<PathOfCgroupMade>,
+    made: Option<NoteOfCgroupMade>,
 }
 
 /// The walking route's state.
@@ -94,9 +95,9 @@ impl CgroupResolver {
     /// `made` names cgroups by id from the kernel's own note (the tracer's).
     pub fn with_cgroups_made(
         mut self,
-        made: Option<impl Fn(u64) -> Option<PathBuf> + 'static>,
+        made: Option<impl Fn(u64) -> Option<CgroupNote> + 'static>,
     ) -> Self {
-        self.made = made.map(|made| Box::new(made) as PathOfCgroupMade);
+        self.made = made.map(|made| Box::new(made) as NoteOfCgroupMade);
         self
     }
 
@@ -137,11 +138,21 @@ impl CgroupResolver {
         let found = match self.handles.as_ref().map(|handles| handles.path_of(id)) {
             Some(ById::Path(path)) => Some(path),
             // Removed before its events were read, most likely.
-            _ => self.made.as_ref().and_then(|made| made(id)),
+            _ => self.noted_path(id),
         };
         if let Some(path) = found {
             self.keep(id, path);
         }
+    }
+
+    fn noted_path(&self, id: u64) -> Option<PathBuf> {
+        self.made.as_ref().and_then(|made| made(id)).map(|n| n.path)
+    }
+
+    /// Who made cgroup `id`, when it was made since start (the kernel's
+    /// note): its owner, even once it is gone.
+    pub fn creator_uid(&self, id: u64) -> Option<u32> {
+        self.made.as_ref().and_then(|made| made(id))?.creator_uid
     }
 
     /// Keeps a path named on demand; a full cache starts over, so the
@@ -159,7 +170,7 @@ impl CgroupResolver {
         if self.paths.contains(id) {
             return;
         }
-        if let Some(path) = self.made.as_ref().and_then(|made| made(id)) {
+        if let Some(path) = self.noted_path(id) {
             self.keep(id, path);
             // A tenant that makes and removes cgroups in turn keeps the
             // count of descendants level: walk now and then anyway, so the

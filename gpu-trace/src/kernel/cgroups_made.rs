@@ -6,12 +6,14 @@ use std::os::unix::ffi::OsStrExt;
 use aya::maps::{HashMap, MapData};
 use gpu_trace_common::CgroupPath;
 
+use crate::model::cgroup_note::CgroupNote;
+
 /// Paths of the cgroup2 directories made since the tracer started, by id.
 pub struct CgroupsMade(pub(super) HashMap<MapData, u64, CgroupPath>);
 
 impl CgroupsMade {
-    /// Relative to the cgroup2 mount, starting with '/'.
-    pub fn path(&self, id: u64) -> Option<std::path::PathBuf> {
+    /// The note of cgroup `id`, if it was made since start.
+    pub fn note(&self, id: u64) -> Option<CgroupNote> {
         let entry = self.0.get(&id, 0).ok()?;
         let end = entry.path.iter().position(|&b| b == 0)?;
         // Empty: the kernel could not read it. Filling the slot: cut short.
@@ -20,6 +22,10 @@ impl CgroupsMade {
             return None;
         }
         let path = std::ffi::OsStr::from_bytes(&entry.path[..end]);
-        Some(std::path::PathBuf::from(path))
+        Some(CgroupNote {
+            path: std::path::PathBuf::from(path),
+            // Left at u32::MAX when the note was cut short.
+            creator_uid: Some(entry.creator_uid).filter(|&uid| uid != u32::MAX),
+        })
     }
 }

@@ -23,7 +23,10 @@ use crate::{
         open_route::{self, OpenRoute, OpensChoice},
         repeats::KernelRepeats,
     },
-    model::access::{DeviceAccess, VerdictSource},
+    model::{
+        access::{DeviceAccess, VerdictSource},
+        cgroup_note::CgroupNote,
+    },
 };
 
 /// The tracer object, built from gpu-trace-ebpf by build.rs.
@@ -172,11 +175,9 @@ impl Tracer {
 
     /// The kernel's record of cgroups made since start, as a lookup of a
     /// path by cgroup id (None if the tracepoint was refused, or already taken).
-    pub fn take_cgroup_paths(
-        &mut self,
-    ) -> Option<impl Fn(u64) -> Option<std::path::PathBuf> + 'static> {
+    pub fn take_cgroup_paths(&mut self) -> Option<impl Fn(u64) -> Option<CgroupNote> + 'static> {
         let made = CgroupsMade(self.cgroup_paths.take()?);
-        Some(move |id| made.path(id))
+        Some(move |id| made.note(id))
     }
 
     pub fn hooks(&self) -> &[Hook] {

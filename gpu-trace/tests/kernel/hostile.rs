@@ -23,6 +23,10 @@ use gpu_trace::{
     text::terminal::needs_escape,
 };
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
 use serde_json::Value;
 
 use crate::common::*;
@@ -652,4 +656,49 @@ fn a_denied_gpu_is_fixed_with_its_own_minor_never_the_whole_major() {
     let hint = event["hint"].as_str().expect("a fix");
     assert!(hint.contains("allow c 195:1 rwm"), "{hint}");
     assert!(!hint.contains("195:*"), "{hint}");
+}
+
+#[test]
+fn a_tenants_look_alike_is_not_the_victim_once_its_directories_are_gone() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let incident = Incident::new(&host, "gone-spoof");
+    open_to_tenants(&incident.nodes);
+    let delegated = ChildCgroup::create(&incident.cgroup, "user@4243.service");
+    delegated.delegate_to(TENANT);
+    let major = incident.uvm_major.to_string();
+    let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
+    // The tenant stalls watch (here: the test stops it), is denied in a
+    // cgroup of its own named as the victim's container, then the whole
+    // subtree goes before watch looks.
+    let watcher_pid = Pid::from_raw(watcher.child.id() as i32);
+    kill(watcher_pid, Signal::SIGSTOP).expect("stop the watcher");
+    let fake = format!("docker-{VICTIM_ID}.scope");
+    let child = probe(
+        &delegated.0,
+        &[
+            ProbeOp::BecomeUser { uid: TENANT },
+            ProbeOp::EnterNewCgroup { name: fake.clone() },
+            incident.open_rw("nvidia-uvm"),
+        ],
+    );
+    assert_eq!(child.results, [0, 0, libc::EPERM]);
+    let attacker_path = format!(
+        "{}/user@4243.service/{fake}",
+        incident.cgroup.relative_path().display()
+    );
+    fs::remove_dir(delegated.0.join(&fake)).expect("remove the look-alike");
+    drop(delegated);
+    kill(watcher_pid, Signal::SIGCONT).expect("resume the watcher");
+
+    let events = watcher.wait_for_events(child.pid, 1);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    // Named from the kernel's note, which says the tenant made it.
+    assert_eq!(event["cgroup"], attacker_path.as_str(), "{event:#}");
+    assert_ne!(event["container"]["runtime"], "docker", "{event:#}");
+    assert_eq!(event["container"]["runtime"], "systemd", "{event:#}");
+    assert_eq!(event["container"]["id"], "user@4243.service", "{event:#}");
+    watcher.stop_cleanly();
 }

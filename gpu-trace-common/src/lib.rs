@@ -172,6 +172,10 @@ pub const FLAG_PATH_TRUNCATED: u16 = 4;
 /// No traced open call carried the access, but `path` and `syscall` were read
 /// from the syscall's saved registers; `syscall_ret` is unknown.
 pub const FLAG_PATH_FROM_REGS: u16 = 8;
+/// The call's path buffer changed between the device check and the call's
+/// end (another thread wrote it): `path` is left empty, the device fields
+/// are the check's.
+pub const FLAG_PATH_CHANGED: u16 = 16;
 
 /// Failed opens of paths under these prefixes are reported even though they
 /// never reached the device hook (ENOENT: node missing; EACCES: file mode):

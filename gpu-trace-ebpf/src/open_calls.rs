@@ -17,8 +17,8 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
-    KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, PATH_HEAD_LEN, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
-    SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    FLAG_PATH_CHANGED, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, PATH_HEAD_LEN, SEEN_DEVICE, SEEN_WATCHED,
+    SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
@@ -133,7 +133,7 @@ fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
     if verdict_from_errno() {
         claim_device_check(&mut call);
     }
-    report_finished(&call, ret, syscall, pid_tgid);
+    report_finished(&call, ret, syscall, pid_tgid, 0);
     0
 }
 
@@ -154,6 +154,7 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let mut call = OpenInFlight::entered(path_ptr, SYSCALL_OPENAT, 0);
+    let mut flags = 0;
     // ENOENT, the commonest failure, cannot follow a device check: the path
     // did not resolve. It takes no sighting, and costs no lookup.
     let sighting = if ret == ENOENT {
@@ -164,8 +165,17 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
     if let Some(sighting) = sighting {
         // SAFETY: this thread's own entry, taken at most once.
         let sighting = unsafe { &mut *sighting };
-        if sighting.syscall != SYSCALL_NONE && sighting_is_this_calls(sighting, path_ptr) {
-            call = *sighting;
+        if sighting.syscall != SYSCALL_NONE {
+            match whose_sighting(sighting, path_ptr, ret) {
+                Sighting::ThisCalls => call = *sighting,
+                Sighting::ThisCallsPathChanged => {
+                    call = *sighting;
+                    // What the buffer holds now is not what was opened.
+                    call.path_ptr = 0;
+                    flags = FLAG_PATH_CHANGED;
+                }
+                Sighting::Another => {}
+            }
         }
         sighting.syscall = SYSCALL_NONE;
     }
@@ -174,7 +184,17 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
     } else {
         SyscallKnown::Yes
     };
-    report_finished(&call, ret, known, pid_tgid);
+    report_finished(&call, ret, known, pid_tgid, flags);
+}
+
+/// Whose a sighting left by this thread is.
+enum Sighting {
+    ThisCalls,
+    /// This call's, but another thread rewrote the path buffer since the
+    /// device check: the denial is reported without a path, never dropped.
+    ThisCallsPathChanged,
+    /// An earlier open's, through the same buffer.
+    Another,
 }
 
 /// A sighting is left by thread, and only opens that fail with a GPU
@@ -185,25 +205,35 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
 /// is recent (a device check is followed by the call's end within
 /// microseconds, except for a driver's own open, which only allowed
 /// sightings reach).
+///
+/// Paths that differ, with the same pointer, within the second, are this
+/// call's when the call failed as a denial does (EPERM) at a watched
+/// device: an open whose own path never reached a device check does not
+/// fail with EPERM, so the only other way there is a thread rewriting the
+/// buffer mid-call, which must not make a denial vanish.
 #[inline(always)]
-fn sighting_is_this_calls(sighting: &OpenInFlight, path_ptr: u64) -> bool {
+fn whose_sighting(sighting: &OpenInFlight, path_ptr: u64, ret: i32) -> Sighting {
     if sighting.path_ptr != path_ptr {
-        return false;
+        return Sighting::Another;
     }
     // SAFETY: a helper without arguments.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     if now.wrapping_sub(sighting.boot_ns) >= SIGHTING_TTL_NS {
-        return false;
+        return Sighting::Another;
     }
     let head = path_head(path_ptr);
     let mut i = 0;
     while i < head.len() {
         if head[i] != sighting.path_head[i] {
-            return false;
+            return if ret == EPERM && sighting.seen & SEEN_WATCHED != 0 {
+                Sighting::ThisCallsPathChanged
+            } else {
+                Sighting::Another
+            };
         }
         i += 1;
     }
-    true
+    Sighting::ThisCalls
 }
 
 /// The first `PATH_HEAD_LEN` bytes of the user's path, zero after its end
@@ -229,7 +259,13 @@ const SIGHTING_TTL_NS: u64 = 1_000_000_000;
 
 /// Reports what an open call saw, if anything is worth it.
 #[inline(always)]
-fn report_finished(call: &OpenInFlight, ret: i32, syscall: SyscallKnown, pid_tgid: u64) {
+fn report_finished(
+    call: &OpenInFlight,
+    ret: i32,
+    syscall: SyscallKnown,
+    pid_tgid: u64,
+    extra_flags: u16,
+) {
     let seen = call.seen & SEEN_DEVICE != 0;
     // A watched device denied either by a BPF policy (retval) or after it
     // (errno EPERM, e.g. v1); EACCES after the device check is a security
@@ -243,7 +279,13 @@ fn report_finished(call: &OpenInFlight, ret: i32, syscall: SyscallKnown, pid_tgi
     // watched since its driver was reloaded onto another).
     if watched || (is_gpu_failure(ret) && is_accelerator_dev_path(call.path_ptr)) {
         let observed = if seen { FLAG_DEVICE_SEEN } else { 0 };
-        emit(call, syscall, pid_tgid, ret, FLAG_HAS_SYSCALL | observed);
+        emit(
+            call,
+            syscall,
+            pid_tgid,
+            ret,
+            FLAG_HAS_SYSCALL | observed | extra_flags,
+        );
     }
 }
 

@@ -53,6 +53,7 @@ pub fn record(
                 syscall: "openat",
                 path: path.into(),
                 path_truncated: false,
+                path_changed: false,
                 ret: Some(ret),
             }),
         },

@@ -1,9 +1,10 @@
 //! Kernel records decoded into typed device accesses.
 
 use gpu_trace_common::{
-    DeviceAccessEvent, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_FROM_REGS,
-    FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT, SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2,
-    SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    DeviceAccessEvent, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_CHANGED,
+    FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT, SYSCALL_FACCESSAT,
+    SYSCALL_FACCESSAT2, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT,
+    SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -125,12 +126,24 @@ pub struct OpenCall {
     pub syscall: &'static str,
     pub path: Vec<u8>,
     pub path_truncated: bool,
+    /// Another thread rewrote the path buffer during the call: `path` is
+    /// empty, and what was opened is known by its device only.
+    pub path_changed: bool,
     /// File descriptor, or negative errno; None when the call's exit was not
     /// traced (an access outside a traced open, --device-hook-only).
     pub ret: Option<i32>,
 }
 
 impl OpenCall {
+    /// The path for a person to read.
+    pub fn shown_path(&self) -> String {
+        if self.path_changed {
+            "(path rewritten during the call)".into()
+        } else {
+            crate::text::terminal::printable(&self.path)
+        }
+    }
+
     pub fn errno(&self) -> Option<i32> {
         self.ret.filter(|&ret| ret < 0).map(|ret| -ret)
     }
@@ -181,6 +194,7 @@ impl DeviceAccess {
             },
             path: until_nul(&raw.path).to_vec(),
             path_truncated: raw.head.flags & FLAG_PATH_TRUNCATED != 0,
+            path_changed: raw.head.flags & FLAG_PATH_CHANGED != 0,
             ret: traced.then_some(raw.head.syscall_ret),
         });
         let device_seen = raw.head.flags & FLAG_DEVICE_SEEN != 0;

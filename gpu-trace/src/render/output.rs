@@ -111,7 +111,7 @@ fn human_line(record: &Record) -> String {
     };
     let (path, result) = match &a.open {
         Some(open) => (
-            printable(&open.path),
+            open.shown_path(),
             match (open.ret, open.errno()) {
                 (None, _) => "(result not traced)".to_string(),
                 (_, Some(errno)) => errno_name(errno),
@@ -264,13 +264,16 @@ fn write_json(out: &mut Vec<u8>, record: &Record) {
     o.str("verdict_from", a.verdict_from.name());
     o.opt_str("syscall", open.map(|o| o.syscall));
     let (path, path_hex) = match open {
-        Some(open) => {
+        Some(open) if !open.path_changed => {
             let (text, hex) = json_text(&open.path);
             (Some(text), hex)
         }
-        None => (None, None),
+        _ => (None, None),
     };
     o.opt_str("path", path.as_deref());
+    if open.is_some_and(|o| o.path_changed) {
+        o.bool("path_changed", true);
+    }
     if let Some(hex) = &path_hex {
         o.str("path_hex", hex);
     }
@@ -321,6 +324,7 @@ mod tests {
                     syscall: "openat",
                     path: path.to_vec(),
                     path_truncated: false,
+                    path_changed: false,
                     ret: Some(-libc::EPERM),
                 }),
             },

@@ -9,10 +9,7 @@ use serde_json::{json, Value};
 use crate::{
     model::{diagnosis::Diagnosis, record::Record},
     render::output::{errno_name, record_json},
-    text::{
-        style,
-        terminal::{printable, TerminalLines},
-    },
+    text::{style, terminal::TerminalLines},
 };
 
 /// What makes two problems the same one.
@@ -100,7 +97,7 @@ impl Report {
             let path = a
                 .open
                 .as_ref()
-                .map_or_else(|| "(not an open call)".into(), |o| printable(&o.path));
+                .map_or_else(|| "(not an open call)".into(), |o| o.shown_path());
             let device = if a.device_seen {
                 format!(
                     "{} c {}:{} {}",

@@ -702,3 +702,50 @@ fn a_tenants_look_alike_is_not_the_victim_once_its_directories_are_gone() {
     assert_eq!(event["container"]["id"], "user@4243.service", "{event:#}");
     watcher.stop_cleanly();
 }
+
+#[test]
+fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
+    let Some(incident) = incident_test(test_name!(), "flip") else {
+        return;
+    };
+    let Some(flip_open) = c_program(test_name!(), "flip_open", &["-pthread"]) else {
+        return;
+    };
+    let uvm = incident.nodes.path("nvidia-uvm");
+    let uvm = uvm.to_str().expect("UTF-8");
+    // The same length, different in its first 32 bytes, and not there.
+    let elsewhere = format!("/X{}", &uvm[2..]);
+    let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
+    let mut command = Command::new(&flip_open);
+    command.args([uvm, &elsewhere, "20000"]);
+    let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
+        .expect("place the program in the cgroup");
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start flip_open");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait for flip_open");
+    assert!(out.status.success(), "{:?}", out.status);
+    let denied: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a count of denials");
+    assert!(denied > 0, "some opens reached the device check");
+    thread::sleep(Duration::from_millis(1_500)); // the fold window's records
+    let (status, stderr, events) = watcher.stop_with_events(pid);
+    assert!(status.success(), "{stderr:#?}");
+    let (summary, count) = summary_counts(&stderr);
+    assert_eq!(count("lost"), 0, "{summary}");
+    let reported: u64 = events
+        .iter()
+        .map(|e| e["count"].as_u64().expect("count"))
+        .sum();
+    let rewritten = events.iter().filter(|e| e["path_changed"] == true).count();
+    eprintln!("flip_open: {denied} denials, {reported} reported, {rewritten} records with the path rewritten");
+    assert_eq!(reported, denied, "every denial sent or counted: {summary}");
+    for event in events.iter().filter(|e| e["path_changed"] == true) {
+        assert!(event["path"].is_null(), "{event:#}");
+        assert_eq!(event["major"], incident.uvm_major, "{event:#}");
+    }
+}

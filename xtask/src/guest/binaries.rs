@@ -26,7 +26,11 @@ pub(crate) struct GuestBinaries {
 }
 
 /// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
-const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 2] = [("open32", &["-m32"]), ("uring_open", &[])];
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 3] = [
+    ("open32", &["-m32"]),
+    ("uring_open", &[]),
+    ("flip_open", &["-pthread"]),
+];
 
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked
 /// statically for the guest.

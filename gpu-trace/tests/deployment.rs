@@ -12,6 +12,14 @@ fn contrib(file: &str) -> String {
     fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The YAML document in contrib/`file` (each holds one); panics when it
+/// does not parse.
+fn contrib_yaml(file: &str) -> Yaml {
+    YamlLoader::load_from_str(&contrib(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .remove(0)
+}
+
 /// `[Section]` -> key=value lines of a systemd unit.
 fn unit_sections(text: &str) -> Vec<(String, Vec<(String, String)>)> {
     let mut sections: Vec<(String, Vec<(String, String)>)> = Vec::new();
@@ -141,9 +149,7 @@ fn logrotate_snippet_signals_instead_of_copytruncate() {
 
 #[test]
 fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
-    let docs =
-        YamlLoader::load_from_str(&contrib("kubernetes/daemonset.yaml")).expect("valid YAML");
-    let ds = &docs[0];
+    let ds = contrib_yaml("kubernetes/daemonset.yaml");
     assert_eq!(ds["kind"].as_str(), Some("DaemonSet"));
     assert_eq!(ds["apiVersion"].as_str(), Some("apps/v1"));
     let pod = &ds["spec"]["template"];
@@ -195,9 +201,7 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
 
 #[test]
 fn the_network_policy_lets_only_prometheus_reach_the_metrics() {
-    let docs =
-        YamlLoader::load_from_str(&contrib("kubernetes/networkpolicy.yaml")).expect("valid YAML");
-    let policy = &docs[0];
+    let policy = contrib_yaml("kubernetes/networkpolicy.yaml");
     assert_eq!(policy["kind"].as_str(), Some("NetworkPolicy"));
     assert_eq!(
         policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
@@ -250,9 +254,9 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
         &dir,
     );
     // Every alert has a unit test that expects it to fire.
-    let rules = YamlLoader::load_from_str(&contrib("prometheus/gpu-trace-rules.yaml")).unwrap();
+    let rules = contrib_yaml("prometheus/gpu-trace-rules.yaml");
     let tests = contrib("prometheus/gpu-trace-rules.test.yaml");
-    for rule in rules[0]["groups"][0]["rules"].as_vec().expect("rules") {
+    for rule in rules["groups"][0]["rules"].as_vec().expect("rules") {
         let alert = rule["alert"].as_str().expect("an alert");
         assert!(
             tests.contains(&format!(

@@ -596,14 +596,7 @@ fn root_disk(rootfs: &Path, kernels: &[LabKernel]) -> anyhow::Result<PathBuf> {
     }
     eprintln!("xtask: making the lab's root disk");
     let partial = lab_dir().join("root.img.partial");
-    let _ = fs::remove_file(&partial);
-    run_checked(Command::new("truncate").args(["-s", "4G"]).arg(&partial))?;
-    run_checked(
-        Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-d"])
-            .arg(rootfs)
-            .arg(&partial),
-    )?;
+    ext4_image(rootfs, "4G", &partial)?;
     fs::rename(&partial, &disk)?;
     fs::write(&key, wanted)?;
     Ok(disk)
@@ -640,15 +633,21 @@ fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Resu
     }
     busybox_image(&dir.join("busybox.tar"))?;
     let disk = lab_dir().join("payload.img");
-    let _ = fs::remove_file(&disk);
-    run_checked(Command::new("truncate").args(["-s", "512M"]).arg(&disk))?;
+    ext4_image(&dir, "512M", &disk)?;
+    Ok(disk)
+}
+
+/// A fresh ext4 image at `image`, `size` large (truncate's sizes), holding
+/// the files of `dir`: how both of the lab's disks are made.
+fn ext4_image(dir: &Path, size: &str, image: &Path) -> anyhow::Result<()> {
+    let _ = fs::remove_file(image);
+    run_checked(Command::new("truncate").args(["-s", size]).arg(image))?;
     run_checked(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-d"])
-            .arg(&dir)
-            .arg(&disk),
-    )?;
-    Ok(disk)
+            .arg(dir)
+            .arg(image),
+    )
 }
 
 /// A root filesystem of busybox alone, as a tarball `docker import` and

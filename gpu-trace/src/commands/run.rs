@@ -46,6 +46,7 @@ use crate::{
         ring_events::event_loop_runtime,
         run_output::RunOutput,
         session::Session,
+        stop_signals::StopSignals,
     },
     text::{json, style, terminal::escape},
 };
@@ -186,20 +187,17 @@ struct RunningCommand {
     signals: Forwarded,
 }
 
-/// The signals passed on to CMD.
+/// The signals passed on to CMD: those that would stop gpu-trace, and
+/// SIGQUIT.
 struct Forwarded {
-    interrupt: UnixSignal,
-    terminate: UnixSignal,
-    hangup: UnixSignal,
+    stop: StopSignals,
     quit: UnixSignal,
 }
 
 impl Forwarded {
     fn take() -> io::Result<Self> {
         Ok(Self {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
+            stop: StopSignals::take()?,
             quit: signal(SignalKind::quit())?,
         })
     }
@@ -212,9 +210,9 @@ impl Controls<RunOutput<'_>> for RunningCommand {
         let (pid, signals) = (self.pid, &mut self.signals);
         tokio::select! {
             status = self.child.wait() => return Ok(Step::Stop(status?)),
-            _ = signals.interrupt.recv() => forward(pid, Signal::SIGINT, true),
-            _ = signals.terminate.recv() => forward(pid, Signal::SIGTERM, false),
-            _ = signals.hangup.recv() => forward(pid, Signal::SIGHUP, false),
+            _ = signals.stop.interrupt.recv() => forward(pid, Signal::SIGINT, true),
+            _ = signals.stop.terminate.recv() => forward(pid, Signal::SIGTERM, false),
+            _ = signals.stop.hangup.recv() => forward(pid, Signal::SIGHUP, false),
             _ = signals.quit.recv() => forward(pid, Signal::SIGQUIT, true),
         }
         Ok(Step::Continue)

@@ -1,8 +1,5 @@
 //! `gpu-trace watch`: the long-running stream of denied device accesses.
 
-use anyhow::Context;
-use tokio::signal::unix::{signal, Signal, SignalKind};
-
 use crate::{
     cgroup::resolver::CgroupResolver,
     cli::{tracer_config, WatchArgs},
@@ -17,9 +14,11 @@ use crate::{
         ring_events::event_loop_runtime,
         session::Session,
         sink::Sink,
+        stop_signals::StopSignals,
     },
     text::style,
 };
+use anyhow::Context;
 
 pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let host = check_tracing_host()?;
@@ -64,7 +63,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         FollowDrivers::EndOnError
     };
     runtime.block_on(async {
-        let mut signals = Signals::take()?;
+        let mut signals = StopSignals::take()?;
         if let (Some(metrics), Some(addr)) = (output.metrics, args.metrics) {
             metrics.serve(addr)?;
         }
@@ -106,23 +105,7 @@ fn trouble(sink: &Sink, tally: &Tally) -> String {
 }
 
 /// SIGINT and SIGTERM end watch; SIGHUP reopens its output file.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-    hangup: Signal,
-}
-
-impl Signals {
-    fn take() -> anyhow::Result<Self> {
-        Ok(Self {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
-    }
-}
-
-impl Controls<LogOutput<'_>> for Signals {
+impl Controls<LogOutput<'_>> for StopSignals {
     type Outcome = ();
 
     async fn next(&mut self, output: &mut LogOutput<'_>) -> anyhow::Result<Step<()>> {

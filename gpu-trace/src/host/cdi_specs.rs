@@ -228,18 +228,15 @@ mod tests {
         fs::write(dir.path().join("notes.txt"), "not a spec").unwrap();
         let (nodes, unreadable) = read_spec_nodes(&[dir.path().to_path_buf()]);
         assert_eq!(unreadable.len(), 5, "{unreadable:?}");
-        assert!(
-            unreadable
-                .iter()
-                .any(|u| u.contains("deep.yaml: nested deeper than 32")),
-            "{unreadable:?}"
-        );
-        assert!(
-            unreadable
-                .iter()
-                .any(|u| u.contains("dotted.yaml: YAML anchors")),
-            "{unreadable:?}"
-        );
+        for part in [
+            "deep.yaml: nested deeper than 32",
+            "dotted.yaml: YAML anchors",
+        ] {
+            assert!(
+                unreadable.iter().any(|u| u.contains(part)),
+                "{part}: {unreadable:?}"
+            );
+        }
         let summary: Vec<(String, String, Option<u32>)> = nodes
             .iter()
             .map(|n| (n.device.clone(), n.path.clone(), n.major))

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     analysis::{
-        access_check::View,
+        access_check::{NodeRow, View},
         policy_age::{duration_text, WrittenAfterStart},
     },
     analysis::{cdi_check::StaleCdiEntry, vendor_check::VendorSet},
@@ -117,27 +117,22 @@ fn write_policies<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) ->
 /// The device nodes as the cgroup's processes see them, each judged.
 fn write_views<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
     for view in &report.views {
-        out.blank()?;
-        out.line(format_args!(
-            "{} nodes ({}):",
-            view.name,
-            view.dev_dir.display()
-        ))?;
-        if view.nodes.is_empty() {
-            out.line(format_args!("  (no NVIDIA nodes)"))?;
-        }
-        for row in &view.nodes {
-            out.line(format_args!(
-                "  {:<32} {:<18} c {:>3}:{:<4} {:<4} {:<8} {}",
-                row.path.display().to_string(),
-                row.kind,
-                row.major,
-                row.minor,
-                row.access,
-                row.verdict,
-                row.decided_by
-            ))?;
-        }
+        let heading = format!("{} nodes ({}):", view.name, view.dev_dir.display());
+        let rows = view.nodes.iter().map(|row| {
+            let NodeRow {
+                kind,
+                major,
+                minor,
+                access,
+                verdict,
+                decided_by,
+                ..
+            } = row;
+            let path = row.path.display().to_string();
+            let device = format!("c {major:>3}:{minor:<4}");
+            format!("{path:<32} {kind:<18} {device} {access:<4} {verdict:<8} {decided_by}")
+        });
+        write_node_list(out, &heading, "(no NVIDIA nodes)", rows.collect())?;
     }
     Ok(())
 }
@@ -145,26 +140,50 @@ fn write_views<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io
 /// Each vendor's node set, and whether its stack can use it.
 fn write_vendor_sets<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
     for set in &report.vendors {
-        out.blank()?;
-        out.line(format_args!(
-            "{} nodes for {} ({}):",
-            set.vendor.name(),
-            set.stack,
-            if set.usable { "usable" } else { "NOT usable" }
-        ))?;
-        if set.nodes.is_empty() {
-            out.line(format_args!("  (none)"))?;
-        }
-        for node in &set.nodes {
-            out.line(format_args!(
-                "  {:<32} c {:>3}:{:<4} {:<8} {}",
+        let usable = if set.usable { "usable" } else { "NOT usable" };
+        let heading = format!("{} nodes for {} ({usable}):", set.vendor.name(), set.stack);
+        let rows = set.nodes.iter().map(|node| {
+            format!(
+                "{:<32} c {:>3}:{:<4} {:<8} {}",
                 node.path.display().to_string(),
                 node.major,
                 node.minor,
                 node.verdict,
                 node.decided_by
-            ))?;
-        }
+            )
+        });
+        write_node_list(out, &heading, "(none)", rows.collect())?;
+    }
+    Ok(())
+}
+
+/// A heading and its nodes one to a line, indented, or `empty` in their
+/// place: the shape the views and the vendor sets share.
+fn write_node_list<W: Write>(
+    out: &mut TerminalLines<W>,
+    heading: &str,
+    empty: &str,
+    rows: Vec<String>,
+) -> io::Result<()> {
+    out.blank()?;
+    out.line(format_args!("{heading}"))?;
+    if rows.is_empty() {
+        out.line(format_args!("  {empty}"))?;
+    }
+    for row in rows {
+        out.line(format_args!("  {row}"))?;
+    }
+    Ok(())
+}
+
+/// Each of `lines` behind `label` in the failure colour (problems, warnings).
+fn write_flagged<W: Write>(
+    out: &mut TerminalLines<W>,
+    label: &str,
+    lines: &[String],
+) -> io::Result<()> {
+    for line in lines {
+        out.parts(&[(Some(style::FAILED), label), (None, " "), (None, line)])?;
     }
     Ok(())
 }
@@ -180,20 +199,8 @@ fn write_verdict<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> 
             "not loaded"
         }
     ))?;
-    for problem in &report.problems {
-        out.parts(&[
-            (Some(style::FAILED), "problem:"),
-            (None, " "),
-            (None, problem),
-        ])?;
-    }
-    for warning in &report.warnings {
-        out.parts(&[
-            (Some(style::FAILED), "warning:"),
-            (None, " "),
-            (None, warning),
-        ])?;
-    }
+    write_flagged(out, "problem:", &report.problems)?;
+    write_flagged(out, "warning:", &report.warnings)?;
     let stacks = report.stacks.join(", ");
     if report.usable {
         out.parts(&[

@@ -88,47 +88,7 @@ impl Report {
             if n == 1 { "" } else { "s" }
         ))?;
         for (i, (record, count)) in self.problems.iter().enumerate() {
-            let a = &record.access;
-            let (verdict, verdict_style) = if a.verdict.is_denied() {
-                ("DENIED", style::DENIED)
-            } else {
-                ("FAILED", style::FAILED)
-            };
-            let path = a
-                .open
-                .as_ref()
-                .map_or_else(|| "(not an open call)".into(), |o| o.shown_path());
-            let device = if a.device_seen {
-                format!(
-                    "{} c {}:{} {}",
-                    record.device.as_deref().unwrap_or("(no driver)"),
-                    a.major,
-                    a.minor,
-                    a.access_letters()
-                )
-            } else {
-                record.device.clone().unwrap_or_default()
-            };
-            let errno = a
-                .open
-                .as_ref()
-                .and_then(|o| o.errno())
-                .map(errno_name)
-                .unwrap_or_default();
-            out.parts(&[
-                (None, &format!("  {}. ", i + 1)),
-                (Some(verdict_style), verdict),
-                (
-                    None,
-                    &format!(
-                        " x{count}  {path}  {device}  {errno}  in {}",
-                        crate::runtime::label(&record.container)
-                    ),
-                ),
-            ])?;
-            if let Some(diagnosis) = &record.diagnosis {
-                write_diagnosis(&mut out, diagnosis)?;
-            }
+            write_problem(&mut out, i + 1, record, *count)?;
         }
         if self.unlisted > 0 {
             out.line(format_args!(
@@ -153,6 +113,59 @@ impl Report {
         } })
     }
 }
+
+/// Problem `number` of the list: its verdict, how often, the path and
+/// device, the errno and who; its cause and fix below when diagnosed.
+fn write_problem<W: Write>(
+    out: &mut TerminalLines<W>,
+    number: usize,
+    record: &Record,
+    count: u64,
+) -> io::Result<()> {
+    let a = &record.access;
+    let (verdict, verdict_style) = if a.verdict.is_denied() {
+        ("DENIED", style::DENIED)
+    } else {
+        ("FAILED", style::FAILED)
+    };
+    let path = a
+        .open
+        .as_ref()
+        .map_or_else(|| "(not an open call)".into(), |o| o.shown_path());
+    let device = if a.device_seen {
+        format!(
+            "{} c {}:{} {}",
+            record.device.as_deref().unwrap_or("(no driver)"),
+            a.major,
+            a.minor,
+            a.access_letters()
+        )
+    } else {
+        record.device.clone().unwrap_or_default()
+    };
+    let errno = a
+        .open
+        .as_ref()
+        .and_then(|o| o.errno())
+        .map(errno_name)
+        .unwrap_or_default();
+    out.parts(&[
+        (None, &format!("  {number}. ")),
+        (Some(verdict_style), verdict),
+        (
+            None,
+            &format!(
+                " x{count}  {path}  {device}  {errno}  in {}",
+                crate::runtime::label(&record.container)
+            ),
+        ),
+    ])?;
+    if let Some(diagnosis) = &record.diagnosis {
+        write_diagnosis(out, diagnosis)?;
+    }
+    Ok(())
+}
+
 /// A problem's cause and the steps of its fix, under its line.
 fn write_diagnosis<W: Write>(out: &mut TerminalLines<W>, diagnosis: &Diagnosis) -> io::Result<()> {
     out.parts(&[

@@ -18,3 +18,4 @@ pub mod ring_events;
 pub mod run_output;
 pub mod session;
 pub mod sink;
+pub mod stop_signals;

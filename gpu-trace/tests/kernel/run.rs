@@ -606,16 +606,7 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
     assert!(stderr.contains("exited with status 7"), "{stderr}");
 
     // And then every program goes: the kernel frees them once detached.
-    let deadline = Instant::now() + WAIT;
-    let mut left = ours.clone();
-    while !left.is_empty() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(50));
-        left = crate::watch::gpu_trace_program_ids()
-            .intersection(&ours)
-            .copied()
-            .collect();
-    }
-    assert!(left.is_empty(), "programs still loaded after run: {left:?}");
+    crate::watch::assert_unloaded_after_a_while(&ours, "programs still loaded after run");
 }
 
 #[test]

@@ -352,14 +352,7 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
         return;
     };
 
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--opens",
-        "full",
-        "--major",
-        &major.to_string(),
-    ]);
+    let watcher = full_json_watch_of(major);
     let event = &denied_by_devices_deny(watcher, &nodes, &v2, &v1);
     assert_eq!(event["verdict"], "denied");
     assert_eq!(
@@ -529,9 +522,23 @@ pub fn gpu_trace_program_ids() -> HashSet<u32> {
         .collect()
 }
 
-/// Which of `ours` are still loaded once the kernel had time to free them:
-/// links die with the process's fds, the programs shortly after.
-fn still_loaded_after_a_while(ours: &HashSet<u32>) -> HashSet<u32> {
+/// watch in JSON, with every open call (`--opens full`), of char major
+/// `major` alone: what the v1 and stale-node tests read their one event from.
+fn full_json_watch_of(major: u32) -> Watcher {
+    Watcher::start(&[
+        "--format",
+        "json",
+        "--opens",
+        "full",
+        "--major",
+        &major.to_string(),
+    ])
+}
+
+/// Asserts that none of `ours` is still loaded once the kernel had time to
+/// free them (links die with the process's fds, the programs shortly
+/// after); `failure` says what the ones left mean.
+pub fn assert_unloaded_after_a_while(ours: &HashSet<u32>, failure: &str) {
     let deadline = Instant::now() + WAIT;
     let mut left = ours.clone();
     while !left.is_empty() && Instant::now() < deadline {
@@ -541,7 +548,7 @@ fn still_loaded_after_a_while(ours: &HashSet<u32>) -> HashSet<u32> {
             .copied()
             .collect();
     }
-    left
+    assert!(left.is_empty(), "{failure}: {left:?}");
 }
 
 #[test]
@@ -570,10 +577,9 @@ fn nothing_stays_attached_after_kill_9() {
         kill(Pid::from_raw(watcher.child.id() as i32), Signal::SIGKILL).expect("SIGKILL watcher");
         drop(watcher); // reaps it
 
-        let left = still_loaded_after_a_while(&ours);
-        assert!(
-            left.is_empty(),
-            "--opens {route}: programs still loaded (so possibly attached) after SIGKILL: {left:?}"
+        assert_unloaded_after_a_while(
+            &ours,
+            &format!("--opens {route}: programs still loaded (so possibly attached) after SIGKILL"),
         );
     }
 }
@@ -636,11 +642,7 @@ fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
         Some(0),
         "a reader going away is no error: {stderr:#?}"
     );
-    let left = still_loaded_after_a_while(&ours);
-    assert!(
-        left.is_empty(),
-        "programs still loaded after watch ended: {left:?}"
-    );
+    assert_unloaded_after_a_while(&ours, "programs still loaded after watch ended");
 }
 
 #[test]
@@ -791,14 +793,7 @@ fn a_watched_major_whose_driver_is_gone_is_reported_when_its_open_fails_enxio() 
     let major = uvm_standin();
     let node = DevNode::create(major, 0, 0o666);
     let cgroup = scratch_cgroup(&host, "stale-watched");
-    let watcher = Watcher::start(&[
-        "--format",
-        "json",
-        "--opens",
-        "full",
-        "--major",
-        &major.to_string(),
-    ]);
+    let watcher = full_json_watch_of(major);
     let probe = run_probe(
         Path::new(gpu_trace()),
         &[&cgroup],

@@ -55,6 +55,14 @@ fn lab_with_driver(name: &str, params: &[&str]) -> Option<(Lab, Driver)> {
     Some((lab, driver))
 }
 
+/// The lab with the stand-in driver loaded as it loads by default and its
+/// nodes made: what most scenarios start from. The uvm major is the last.
+fn lab_with_nodes(name: &str) -> Option<(Lab, Driver, u32)> {
+    let (lab, driver) = lab_with_driver(name, &[])?;
+    let uvm = make_nodes();
+    Some((lab, driver, uvm))
+}
+
 /// The stand-in driver, loaded with `params`; unloaded when dropped.
 struct Driver;
 
@@ -255,6 +263,26 @@ fn only_event_of_container(watcher: &Watcher, name: &str) -> Value {
     events.remove(0)
 }
 
+/// Opens `node` in `container`, asserts that the policy refused it, and
+/// returns the one event watch wrote for the container, checked to name
+/// char major `major`.
+fn denied_event(watcher: &Watcher, container: &Container, node: &str, major: u32) -> Value {
+    assert_denied(container.open(node));
+    let event = only_event_of_container(watcher, &container.name);
+    assert_eq!(event["major"], major, "{event:#}");
+    event
+}
+
+/// A docker container named `name` with `node` passed as a device, whose
+/// open of it must succeed; removed when dropped.
+fn opens_when_passed(lab: &Lab, name: &str, node: &str) -> Container {
+    let passed = Container::start("docker", lab, name, &["--device", node]);
+    passed
+        .open(node)
+        .unwrap_or_else(|e| panic!("{node} opens when passed: {e}"));
+    passed
+}
+
 fn fix_text(event: &Value) -> String {
     event["hint"].as_str().unwrap_or_default().to_string()
 }
@@ -274,6 +302,10 @@ fn assert_denied(result: Result<(), String>) {
     );
 }
 
+/// nvidia-uvm bind-mounted, not passed as a device: the policy does not
+/// allow its major.
+const UVM_MOUNTED: [&str; 2] = ["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"];
+
 /// The incident's Docker arguments: the GPU and control nodes passed as
 /// devices, nvidia-uvm only bind-mounted.
 const GPU_PASSED_UVM_MOUNTED: [&str; 6] = [
@@ -287,18 +319,15 @@ const GPU_PASSED_UVM_MOUNTED: [&str; 6] = [
 
 #[test]
 fn docker_uvm_denied_while_195_allowed_is_the_incident() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     let watcher = Watcher::start(&["--format", "json"]);
 
     let name = "gt-lab-incident";
     let container = Container::start("docker", &lab, name, &GPU_PASSED_UVM_MOUNTED);
     container.open("/dev/nvidiactl").expect("nvidiactl opens");
-    assert_denied(container.open("/dev/nvidia-uvm"));
-
-    let event = &only_event_of_container(&watcher, name);
+    let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
     let scope = container.cgroup();
     assert_eq!(
         scope,
@@ -306,7 +335,6 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
     );
     assert_eq!(event["container"]["runtime"], "docker", "{event:#}");
     assert_eq!(event["container"]["id"], container.id.as_str(), "{event:#}");
-    assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(event["minor"], 0, "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
     assert_eq!(event["denied_by"]["kind"], "program", "{event:#}");
@@ -328,13 +356,7 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
     assert!(fix.contains("/dev/nvidia-uvm"), "{fix}");
 
     // Passed as a device, the same node opens, and watch says nothing.
-    let allowed = Container::start(
-        "docker",
-        &lab,
-        "gt-lab-allowed",
-        &["--device", "/dev/nvidia-uvm"],
-    );
-    allowed.open("/dev/nvidia-uvm").expect("nvidia-uvm opens");
+    let _allowed = opens_when_passed(&lab, "gt-lab-allowed", "/dev/nvidia-uvm");
     thread::sleep(Duration::from_secs(1));
     watcher.stop_cleanly();
     drop(container);
@@ -364,9 +386,7 @@ fn a_driver_loaded_after_watch_started_is_watched() {
         name,
         &["--device", "/dev/nvidiactl", "-v", "/dev:/hostdev"],
     );
-    assert_denied(container.open("/hostdev/nvidia-uvm"));
-    let event = &only_event_of_container(&watcher, name);
-    assert_eq!(event["major"], uvm, "{event:#}");
+    let event = &denied_event(&watcher, &container, "/hostdev/nvidia-uvm", uvm);
     assert_eq!(event["driver"], "nvidia-uvm", "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
     watcher.stop_cleanly();
@@ -375,17 +395,11 @@ fn a_driver_loaded_after_watch_started_is_watched() {
 
 #[test]
 fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     let name = "gt-lab-reload";
-    let container = Container::start(
-        "docker",
-        &lab,
-        name,
-        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
-    );
+    let container = Container::start("docker", &lab, name, &UVM_MOUNTED);
     let scope = container.cgroup();
     assert_denied(container.open("/dev/nvidia-uvm"));
     let hook = patch_like_a_hook(&scope);
@@ -407,10 +421,7 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
         "systemd's program at {scope}: {programs:?}"
     );
     assert!(programs.iter().any(|(id, _)| *id == hook), "{programs:?}");
-    assert_denied(container.open("/dev/nvidia-uvm"));
-
-    let event = &only_event_of_container(&watcher, name);
-    assert_eq!(event["major"], uvm, "{event:#}");
+    let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
     assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
     assert_eq!(event["denied_by"]["id"], systemds[0], "{event:#}");
     assert_eq!(event["denied_by"]["name"], "sd_devices", "{event:#}");
@@ -472,17 +483,11 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
 
 #[test]
 fn docker_update_makes_runc_rewrite_a_patched_policy() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     let name = "gt-lab-update";
-    let container = Container::start(
-        "docker",
-        &lab,
-        name,
-        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
-    );
+    let container = Container::start("docker", &lab, name, &UVM_MOUNTED);
     let scope = container.cgroup();
     let hook = patch_like_a_hook(&scope);
     container
@@ -500,10 +505,7 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
         !added.is_empty(),
         "a program written by the update: {programs:?}"
     );
-    assert_denied(container.open("/dev/nvidia-uvm"));
-
-    let event = &only_event_of_container(&watcher, name);
-    assert_eq!(event["major"], uvm, "{event:#}");
+    let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
     assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
     assert_eq!(
         event["denied_by"]["attached_at"],
@@ -627,10 +629,9 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
 
 #[test]
 fn podman_and_systemd_denials_name_the_container_and_the_unit() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     let watcher = Watcher::start(&["--format", "json"]);
 
     let name = "gt-lab-podman";
@@ -645,10 +646,8 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
             "/dev/nvidia-uvm:/dev/nvidia-uvm",
         ],
     );
-    assert_denied(container.open("/dev/nvidia-uvm"));
-    let event = &only_event_of_container(&watcher, name);
+    let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
     assert_eq!(event["container"]["runtime"], "podman", "{event:#}");
-    assert_eq!(event["major"], uvm, "{event:#}");
     // crun 1.8 attaches at the scope's `container` child, not at the scope.
     let cgroup = container.cgroup();
     assert_eq!(
@@ -665,12 +664,13 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
 
     // A systemd service with a device allow list of its own.
     let unit = "gt-lab-service";
-    service_denied(
+    let service = service_denied(
+        &watcher,
         unit,
         &["DevicePolicy=closed", "DeviceAllow=/dev/nvidiactl rw"],
         "/dev/nvidia-uvm",
+        uvm,
     );
-    let service = event_of_unit(&watcher, &format!("{unit}.service"), uvm);
     assert_eq!(
         service["container"]["id"],
         format!("{unit}.service"),
@@ -703,9 +703,16 @@ fn event_of_unit(watcher: &Watcher, unit: &str, major: u32) -> Value {
     }
 }
 
-/// `systemd-run` of a short service that opens `node` and lives on a
-/// little (watch reads its policy after the denial); the open must fail.
-fn service_denied(unit: &str, properties: &[&str], node: &str) {
+/// `systemd-run` of a short service that opens `node` (of char major
+/// `major`) and lives on a little (watch reads its policy after the
+/// denial); the open must fail. The first event watch wrote about it.
+fn service_denied(
+    watcher: &Watcher,
+    unit: &str,
+    properties: &[&str],
+    node: &str,
+    major: u32,
+) -> Value {
     let _ = run("systemctl", &["reset-failed", &format!("{unit}.service")]);
     let mut args = vec!["--unit", unit, "--wait", "--collect"];
     for property in properties {
@@ -715,6 +722,7 @@ fn service_denied(unit: &str, properties: &[&str], node: &str) {
     args.extend_from_slice(&["sh", "-c", &script]);
     let out = run("systemd-run", &args);
     assert!(!out.status.success(), "{unit}'s open of {node} was allowed");
+    event_of_unit(watcher, &format!("{unit}.service"), major)
 }
 
 #[test]
@@ -729,12 +737,13 @@ fn a_device_allow_name_the_driver_no_longer_has_is_named() {
     assert_eq!(major_of("nvidia-frontend"), None);
     let watcher = Watcher::start(&["--format", "json"]);
     let unit = "gt-lab-renamed";
-    service_denied(
+    let event = service_denied(
+        &watcher,
         unit,
         &["DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw"],
         "/dev/nvidiactl",
+        FRONTEND,
     );
-    let event = event_of_unit(&watcher, &format!("{unit}.service"), FRONTEND);
     assert_eq!(event["minor"], 255, "{event:#}");
     assert_eq!(event["denied_by"]["name"], "sd_devices", "{event:#}");
     assert_eq!(writer_of(&event), "systemd", "{event:#}");
@@ -746,10 +755,9 @@ fn a_device_allow_name_the_driver_no_longer_has_is_named() {
 
 #[test]
 fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
-    let Some((_lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((_lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     // No dash: systemd nests "a-b.slice" under "a.slice".
     let slice = "gtlabgpu.slice";
     let unit_file = Path::new("/run/systemd/system").join(slice);
@@ -763,8 +771,8 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
     let watcher = Watcher::start(&["--format", "json"]);
     // The service itself restricts nothing: only its slice's program runs.
     let unit = "gt-lab-in-slice";
-    service_denied(unit, &[&format!("Slice={slice}")], "/dev/nvidia-uvm");
-    let event = event_of_unit(&watcher, &format!("{unit}.service"), uvm);
+    let slice_property = format!("Slice={slice}");
+    let event = service_denied(&watcher, unit, &[&slice_property], "/dev/nvidia-uvm", uvm);
     assert_eq!(
         event["container"]["cgroup"],
         format!("/{slice}/{unit}.service"),
@@ -791,17 +799,11 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
 
 #[test]
 fn podman_with_a_second_program_at_its_scope_is_stacked() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     let name = "gt-lab-stacked";
-    let container = Container::start(
-        "podman",
-        &lab,
-        name,
-        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
-    );
+    let container = Container::start("podman", &lab, name, &UVM_MOUNTED);
     // crun's program at the scope's `container` child; a hook's that allows
     // everything at the scope itself, as a hook that patched only one does.
     let inner = container.cgroup();
@@ -816,9 +818,7 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
     let hook_id = programs_at(&scope)[0].0;
 
     let watcher = Watcher::start(&["--format", "json"]);
-    assert_denied(container.open("/dev/nvidia-uvm"));
-    let event = &only_event_of_container(&watcher, name);
-    assert_eq!(event["major"], uvm, "{event:#}");
+    let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
     assert_eq!(
         event["denied_by"]["attached_at"],
         inner.as_str(),
@@ -840,10 +840,9 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
 
 #[test]
 fn a_runtime_config_with_no_cgroups_is_named() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, _)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    make_nodes();
     let config = Path::new("/etc/nvidia-container-runtime/config.toml");
     fs::create_dir_all(config.parent().expect("a folder")).expect("config folder");
     fs::write(
@@ -859,9 +858,7 @@ fn a_runtime_config_with_no_cgroups_is_named() {
         name,
         &["-v", "/dev/nvidiactl:/dev/nvidiactl"],
     );
-    assert_denied(container.open("/dev/nvidiactl"));
-    let event = &only_event_of_container(&watcher, name);
-    assert_eq!(event["major"], FRONTEND, "{event:#}");
+    let event = &denied_event(&watcher, &container, "/dev/nvidiactl", FRONTEND);
     assert_eq!(event["cause"], "no-cgroups-hook", "{event:#}");
     assert!(
         fix_text(event).contains(&format!(
@@ -876,10 +873,9 @@ fn a_runtime_config_with_no_cgroups_is_named() {
 
 #[test]
 fn an_apparmor_profile_that_refuses_the_node_is_named() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &[]) else {
+    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
         return;
     };
-    let uvm = make_nodes();
     // Everything a container needs, less the uvm node.
     let profile = "gt-lab-no-uvm";
     let file = Path::new("/etc/apparmor.d").join(profile);
@@ -962,12 +958,7 @@ fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
     }
 
     let name = "gt-lab-unit";
-    let container = Container::start(
-        "docker",
-        &lab,
-        name,
-        &["-v", "/dev/nvidia-uvm:/dev/nvidia-uvm"],
-    );
+    let container = Container::start("docker", &lab, name, &UVM_MOUNTED);
     assert_denied(container.open("/dev/nvidia-uvm"));
     let deadline = Instant::now() + WAIT;
     let event = loop {
@@ -1065,9 +1056,7 @@ fn a_docker_container_denied_the_real_kfd_is_amds() {
     let watcher = Watcher::start(&["--format", "json"]);
     let name = "gt-lab-rocm";
     let container = Container::start("docker", &lab, name, &["-v", "/dev/kfd:/dev/kfd"]);
-    assert_denied(container.open("/dev/kfd"));
-    let event = &only_event_of_container(&watcher, name);
-    assert_eq!(event["major"], kfd, "{event:#}");
+    let event = &denied_event(&watcher, &container, "/dev/kfd", kfd);
     assert_eq!(event["driver"], "kfd", "{event:#}");
     assert_eq!(event["vendor"], "amd", "{event:#}");
     assert_eq!(event["role"], "compute", "{event:#}");
@@ -1077,13 +1066,7 @@ fn a_docker_container_denied_the_real_kfd_is_amds() {
         "{event:#}"
     );
     // Passed as a device, it opens: the stand-in's open succeeds.
-    let passed = Container::start(
-        "docker",
-        &lab,
-        "gt-lab-rocm-passed",
-        &["--device", "/dev/kfd"],
-    );
-    passed.open("/dev/kfd").expect("kfd opens when passed");
+    let _passed = opens_when_passed(&lab, "gt-lab-rocm-passed", "/dev/kfd");
     watcher.stop_cleanly();
 
     // check --vendor amd: ROCm needs kfd and a render node in the

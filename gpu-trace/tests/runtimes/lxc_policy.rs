@@ -98,18 +98,10 @@ fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() 
     assert_eq!(by_pid["pid"], pid.parse::<u32>().expect("pid"));
     let (status, report) = check_json(&["--container", &denying.name], &proc_devices);
     assert_eq!(status, Some(1), "{report:#}");
-    let target = report["views"]
-        .as_array()
-        .expect("views")
-        .iter()
-        .find(|v| v["name"] == "target")
-        .expect("the container's own /dev");
+    let target =
+        element_where(&report["views"], "name", "target").expect("the container's own /dev");
     let row = |kind: &str| {
-        target["nodes"]
-            .as_array()
-            .expect("nodes")
-            .iter()
-            .find(|n| n["kind"] == kind)
+        element_where(&target["nodes"], "kind", kind)
             .cloned()
             .unwrap_or_else(|| panic!("no {kind}: {target:#}"))
     };

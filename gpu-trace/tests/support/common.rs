@@ -389,6 +389,16 @@ pub fn temp_dir_named(prefix: &str) -> tempfile::TempDir {
         .expect("temp dir")
 }
 
+/// The element of the JSON array `array` whose `key` is `value` (a view by
+/// name, a node row by kind); panics when `array` is no array.
+pub fn element_where<'a>(array: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
+    array
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {array:#}"))
+        .iter()
+        .find(|e| e[key] == value)
+}
+
 /// The event's text `field` ("explanation", "hint"); panics when it has none.
 pub fn event_text<'a>(event: &'a Value, field: &str) -> &'a str {
     event[field]

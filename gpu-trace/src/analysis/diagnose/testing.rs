@@ -72,6 +72,20 @@ pub fn diagnosis_of(r: &Record) -> Rc<Diagnosis> {
     diagnose(&mut Diagnoser::default(), r).expect("a diagnosis")
 }
 
+/// The diagnosis a fresh diagnoser gives, asserted to name `cause`.
+#[track_caller]
+pub fn diagnosis_naming(r: &Record, cause: Cause) -> Rc<Diagnosis> {
+    diagnosed_as(&mut Diagnoser::default(), r, cause)
+}
+
+/// The diagnosis `d` gives, asserted to name `cause`.
+#[track_caller]
+pub fn diagnosed_as(d: &mut Diagnoser, r: &Record, cause: Cause) -> Rc<Diagnosis> {
+    let diag = diagnose(d, r).expect("a diagnosis");
+    assert_eq!(diag.cause, cause);
+    diag
+}
+
 /// A program attached at `attached_at`, written by `manager`.
 pub fn by_program(attached_at: &str, manager: Manager) -> Rc<Rendered<DeniedBy>> {
     Rc::new(Rendered::new(DeniedBy::Program {

@@ -78,8 +78,7 @@ mod tests {
     fn a_slices_program_is_an_ancestor_policy() {
         let mut r = denied("/gpu.slice/job.scope", "/dev/nvidia-uvm", 509, 0);
         r.denied_by = Some(by_program("/gpu.slice", Manager::Systemd));
-        let diag = diagnosis_of(&r);
-        assert_eq!(diag.cause, Cause::AncestorPolicy);
+        let diag = diagnosis_naming(&r, Cause::AncestorPolicy);
         assert_has(&diag.explanation, "it sits at /gpu.slice, above");
         assert_has(
             &diag.hint,

@@ -27,8 +27,7 @@ mod tests {
         for driver in ["nvidia", "nvidia-frontend"] {
             let mut r = denied("/system.slice/cuda-job.service", "/dev/nvidiactl", 195, 255);
             r.driver = Some(driver.into());
-            let diag = diagnosis_of(&r);
-            assert_eq!(diag.cause, Cause::DeviceDenied);
+            let diag = diagnosis_naming(&r, Cause::DeviceDenied);
             assert_has(&diag.hint, "`DeviceAllow=/dev/nvidiactl rw`");
             assert!(!diag.hint.contains("char-"), "{}", diag.hint);
         }

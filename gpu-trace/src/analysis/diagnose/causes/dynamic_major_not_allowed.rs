@@ -89,8 +89,7 @@ mod tests {
         let ctl = record("/lxc/200", "/dev/nvidiactl", 195, 255, Verdict::Allowed, 3);
         assert!(diagnose(&mut d, &ctl).is_none());
         let uvm = denied("/lxc/200", "/dev/nvidia-uvm", 509, 0);
-        let diag = diagnose(&mut d, &uvm).expect("a diagnosis");
-        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        let diag = diagnosed_as(&mut d, &uvm, Cause::DynamicMajorNotAllowed);
         assert!(
             diag.explanation.contains("ct 200")
                 && diag.explanation.contains("major 195, seen allowed"),
@@ -124,8 +123,7 @@ mod tests {
         r.node = None;
         r.driver = Some("kfd".into());
         r.device = Some("kfd".into());
-        let diag = diagnosis_of(&r);
-        assert_eq!(diag.cause, Cause::DynamicMajorNotAllowed);
+        let diag = diagnosis_naming(&r, Cause::DynamicMajorNotAllowed);
         assert_has(
             &diag.explanation,
             "kfd's major 511 (AMD's ROCm compute node)",

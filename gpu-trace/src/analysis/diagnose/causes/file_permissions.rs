@@ -87,8 +87,7 @@ mod tests {
                 process_groups: vec![1000, 44],
             })
         };
-        let diag = diagnose(&mut d, &r).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::FilePermissions);
+        let diag = diagnosed_as(&mut d, &r, Cause::FilePermissions);
         assert_has(&diag.explanation, "mode 660, open to group 109 only");
         assert_starts(
             &diag.hint,
@@ -110,8 +109,7 @@ mod tests {
     #[test]
     fn eacces_before_the_device_check_is_not_a_policy_problem() {
         let eacces = failed_before_check("/", "/dev/nvidia0", 0, 0, libc::EACCES);
-        let diag = diagnosis_of(&eacces);
-        assert_eq!(diag.cause, Cause::FilePermissions);
+        let diag = diagnosis_naming(&eacces, Cause::FilePermissions);
         assert_has(&diag.explanation, "not the device policy");
     }
 

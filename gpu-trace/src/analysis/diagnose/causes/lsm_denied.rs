@@ -78,8 +78,7 @@ mod tests {
                 profile: "gpu-jobs".into(),
             })
         };
-        let diag = diagnose(&mut d, &r).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::LsmDenied);
+        let diag = diagnosed_as(&mut d, &r, Cause::LsmDenied);
         assert_has(&diag.explanation, "profile gpu-jobs, enforce mode");
         assert_starts(
             &diag.hint,

@@ -52,8 +52,7 @@ mod tests {
         r.denied_by = Some(by_program(DOCKER_SCOPE, Manager::Runc));
         let mut d = Diagnoser::default();
         d.host.no_cgroups_config = || Some("/etc/nvidia-container-runtime/config.toml".into());
-        let diag = diagnose(&mut d, &r).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::NoCgroupsHook);
+        let diag = diagnosed_as(&mut d, &r, Cause::NoCgroupsHook);
         assert_starts(&diag.hint, "set `no-cgroups = false` under [nvidia-container-cli] in /etc/nvidia-container-runtime/config.toml");
         let mut d = Diagnoser::default();
         d.host.no_cgroups_config = || None;

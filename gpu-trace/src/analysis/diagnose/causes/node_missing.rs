@@ -70,8 +70,7 @@ mod tests {
         let mut d = Diagnoser::default();
         d.host.uvm_loaded = || false;
         let missing = failed_before_check("/", "/dev/nvidia-uvm", 0, 0, libc::ENOENT);
-        let diag = diagnose(&mut d, &missing).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::NodeMissing);
+        let diag = diagnosed_as(&mut d, &missing, Cause::NodeMissing);
         assert_has(&diag.fix[0], "nvidia-modprobe -u -c=0");
         assert_has(&diag.explanation, "the nvidia_uvm module is not loaded");
         let modeset = failed_before_check("/", "/dev/nvidia-modeset", 0, 0, libc::ENOENT);

@@ -106,8 +106,7 @@ mod tests {
         let allowed = record(DOCKER_SCOPE, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3);
         assert!(diagnose(&mut d, &allowed).is_none());
         let denied = denied(DOCKER_SCOPE, "/dev/nvidia0", 195, 0);
-        let diag = diagnose(&mut d, &denied).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::RulesRewritten);
+        let diag = diagnosed_as(&mut d, &denied, Cause::RulesRewritten);
         assert_has(&diag.hint, "create-dev-char-symlinks");
     }
 }

@@ -79,8 +79,7 @@ mod tests {
             });
         }
         r.denied_by = Some(Rc::new(Rendered::new(culprit)));
-        let diag = diagnosis_of(&r);
-        assert_eq!(diag.cause, Cause::StackedPrograms);
+        let diag = diagnosis_naming(&r, Cause::StackedPrograms);
         assert_has(
             &diag.explanation,
             "while prog 12 (hook) at /machine.slice/libpod-ab.scope allows it",

@@ -38,16 +38,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::{
-            cdi_check::StaleCdiEntry,
-            diagnose::{
-                testing::{assert_has, denied, diagnose, DOCKER_SCOPE},
-                Diagnoser,
-            },
-        },
-        model::diagnosis::Cause,
-    };
+    use crate::analysis::{cdi_check::StaleCdiEntry, diagnose::testing::*};
 
     #[test]
     fn a_node_from_a_stale_cdi_spec_names_the_spec() {
@@ -66,8 +57,7 @@ mod tests {
                     .into(),
             }]
         };
-        let diag = diagnose(&mut d, &r).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::StaleCdiSpec);
+        let diag = diagnosed_as(&mut d, &r, Cause::StaleCdiSpec);
         assert_has(
             &diag.explanation,
             "injected from CDI spec /etc/cdi/nvidia.yaml (nvidia.com/gpu=all)",

@@ -81,8 +81,7 @@ mod tests {
         let mut d = Diagnoser::default();
         // Denied: the old major 511 is not in the policy.
         let denied = denied("/lxc/200", "/dev/nvidia-uvm", 511, 0);
-        let diag = diagnose(&mut d, &denied).expect("diagnosis");
-        assert_eq!(diag.cause, Cause::StaleMajor);
+        let diag = diagnosed_as(&mut d, &denied, Cause::StaleMajor);
         assert_has(&diag.explanation, "major 509 today");
         assert!(
             diag.fix.iter().any(|f| f.contains("c 509:* rwm")),
@@ -132,8 +131,7 @@ mod tests {
         // A GPU node: which GPU is only its name, so no rule is built
         // from it, and never the whole major.
         let gpu = denied("/lxc/200", "/dev/nvidia3", 511, 3);
-        let diag = diagnosis_of(&gpu);
-        assert_eq!(diag.cause, Cause::StaleMajor);
+        let diag = diagnosis_naming(&gpu, Cause::StaleMajor);
         assert_has(&diag.hint, "`nvidia-modprobe -c=3`");
         assert_has(
             &diag.hint,

@@ -46,8 +46,7 @@ mod tests {
             Verdict::DeniedAfterBpf,
             -1,
         );
-        let diag = diagnosis_of(&r);
-        assert_eq!(diag.cause, Cause::V1DevicesList);
+        let diag = diagnosis_naming(&r, Cause::V1DevicesList);
         assert!(diag.hint.contains("devices.allow") && diag.hint.contains("c 509:* rmw"));
         // One GPU of the node: its minor, not the major.
         let gpu = record(

@@ -207,10 +207,10 @@ enum Sighting {
 /// sightings reach).
 ///
 /// Paths that differ, with the same pointer, within the second, are this
-/// call's when the call failed as a denial does (EPERM) at a watched
-/// device: an open whose own path never reached a device check does not
-/// fail with EPERM, so the only other way there is a thread rewriting the
-/// buffer mid-call, which must not make a denial vanish.
+/// call's when its device check denied a watched device and the call
+/// failed as that denial makes it (EPERM): a thread rewrote the buffer
+/// mid-call, which must not make a denial vanish. (An allowed sighting left
+/// by an open that succeeded never passes for a later EPERM's.)
 #[inline(always)]
 fn whose_sighting(sighting: &OpenInFlight, path_ptr: u64, ret: i32) -> Sighting {
     if sighting.path_ptr != path_ptr {
@@ -225,7 +225,8 @@ fn whose_sighting(sighting: &OpenInFlight, path_ptr: u64, ret: i32) -> Sighting 
     let mut i = 0;
     while i < head.len() {
         if head[i] != sighting.path_head[i] {
-            return if ret == EPERM && sighting.seen & SEEN_WATCHED != 0 {
+            let denied = sighting.hook_verdict != 0 || verdict_from_errno();
+            return if ret == EPERM && denied && sighting.seen & SEEN_WATCHED != 0 {
                 Sighting::ThisCallsPathChanged
             } else {
                 Sighting::Another

@@ -130,6 +130,8 @@ fn main() {
     if wanted("tenants") {
         let cgroups = if quick { 10_000 } else { 100_000 };
         results["tenant_cgroups"] = tenant_cgroups(cgroups, &open_loop, &scene);
+        let long_paths = if quick { 10_000 } else { 40_000 };
+        results["hostile_shapes"] = hostile_shapes(long_paths, &scene);
     }
     print_tables(&results);
     if let Some(path) = json_out {
@@ -1224,6 +1226,81 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
     })
 }
 
+/// Two hostile tenants' shapes. A tree of `count` cgroups with 3.9 KB paths
+/// (16 nested names of 240 characters, then the fan-out) and two denials
+/// from the scene's cgroup: watch's peak RSS, against the DaemonSet's
+/// 64 MiB. Then one cgroup cycling 2 000 minors of the denied major for
+/// 5 s (each minor a problem that repeats every window): the lines per
+/// second written, against the per-cgroup budget per window (1 s here).
+fn hostile_shapes(count: usize, scene: &Scene) -> Value {
+    eprintln!("bench: {count} cgroups with 3.9 KB paths; a cycle of 2 000 minors");
+    let out_file = scene.regular_file.with_file_name("hostile.jsonl");
+    let major = scene.major.to_string();
+    let (mut child, stderr) = watch_into_file(&["--major", &major], &out_file);
+    let nested: PathBuf = (0..16)
+        .map(|level| format!("{level:x}").repeat(240))
+        .collect();
+    let bottom = scene.cgroup().join("tree").join(&nested);
+    fs::create_dir_all(&bottom).expect("the nested names");
+    for n in 0..count {
+        fs::create_dir(bottom.join(format!("c{n}"))).expect("make cgroup");
+    }
+    for _ in 0..2 {
+        let _ = place_child_in(&mut Command::new("true"), &[scene.cgroup()]);
+        let mut opener = Command::new("cat");
+        opener.arg(&scene.denied_node).stderr(Stdio::null());
+        let _procs = place_child_in(&mut opener, &[scene.cgroup()]).expect("join cgroup");
+        let _ = opener.status();
+    }
+    thread::sleep(Duration::from_secs(2));
+    let peak_mib = peak_rss(child.id()) as f64 / 1024.0;
+    for n in 0..count {
+        let _ = fs::remove_dir(bottom.join(format!("c{n}")));
+    }
+    let mut dir = bottom;
+    while dir.starts_with(scene.cgroup().join("tree")) {
+        let _ = fs::remove_dir(&dir);
+        dir.pop();
+    }
+    stop_for_summary(&mut child, stderr);
+
+    let per_cgroup = 20u32;
+    let (mut child, stderr) = watch_into_file(
+        &[
+            "--major",
+            &major,
+            "--fold",
+            "1s",
+            "--budget-per-cgroup",
+            &per_cgroup.to_string(),
+        ],
+        &out_file,
+    );
+    let seconds = 5u64;
+    let node = scene.regular_file.with_file_name("cycled-node");
+    let script = format!(
+        "end=$(($(date +%s) + {seconds})); while [ $(date +%s) -lt $end ]; do \
+         for m in $(seq 0 1999); do mknod {} c {major} $m 2>/dev/null; done; done",
+        node.display()
+    );
+    let mut tenant = Command::new("sh");
+    tenant.args(["-c", &script]);
+    let _procs = place_child_in(&mut tenant, &[scene.cgroup()]).expect("join cgroup");
+    let _ = tenant.status();
+    thread::sleep(Duration::from_millis(1_500));
+    let summary = stop_for_summary(&mut child, stderr);
+    let lines = fs::read_to_string(&out_file).map_or(0, |t| t.lines().count());
+    json!({
+        "long_path_cgroups": count,
+        "long_path_peak_rss_mib": peak_mib,
+        "cycle_seconds": seconds,
+        "cycle_budget_per_cgroup": per_cgroup,
+        "cycle_lines_per_s": lines as f64 / (seconds as f64 + 1.5),
+        "cycle_denied": summary_number(&summary, "denied"),
+        "cycle_lost": summary_number(&summary, "lost"),
+    })
+}
+
 fn rss(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
 }
@@ -1336,6 +1413,7 @@ fn print_tables(results: &Value) {
     if t.is_null() {
         print_startup(&mut out, &results["startup"]);
         print_tenants(&mut out, &results["tenant_cgroups"]);
+        print_hostile_shapes(&mut out, &results["hostile_shapes"]);
         return print_workload(&mut out, &results["workload"]);
     }
     for (sink, title) in [
@@ -1468,6 +1546,27 @@ fn print_tenants(out: &mut impl Write, t: &Value) {
         out,
         "    then {} denials/s for {} s beside them: events {} in all, lost {}",
         t["steady_rate"], t["steady_seconds"], t["events"], t["lost"]
+    );
+}
+
+fn print_hostile_shapes(out: &mut impl Write, h: &Value) {
+    if h.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{} cgroups with 3.9 KB paths: watch's peak RSS {:.1} MiB (the DaemonSet allows 64)",
+        h["long_path_cgroups"],
+        h["long_path_peak_rss_mib"].as_f64().unwrap_or(0.0)
+    );
+    let _ = writeln!(
+        out,
+        "one cgroup cycling 2 000 denied minors for {} s: {:.0} lines/s (budget {} per 1 s window); denied {}, lost {}",
+        h["cycle_seconds"],
+        h["cycle_lines_per_s"].as_f64().unwrap_or(0.0),
+        h["cycle_budget_per_cgroup"],
+        h["cycle_denied"],
+        h["cycle_lost"]
     );
 }
 

@@ -118,12 +118,13 @@ pub struct WatchArgs {
     /// into one record with a count; the first is always written at once. 0 disables.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::stream::fold::parse_window)]
     pub fold: std::time::Duration,
-    /// First occurrences written per fold window, in all; past it (or past
-    /// --budget-per-cgroup) a cgroup's problems become one summary record
-    /// per window with their exact count. 0: no limit.
+    /// Records written per fold window (first occurrences and counts of
+    /// repeats), in all; past it (or past --budget-per-cgroup) a cgroup's
+    /// problems become one summary record per window with their exact
+    /// count. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 500)]
     pub budget: u32,
-    /// First occurrences written per fold window for one cgroup. 0: no limit.
+    /// Records written per fold window for one cgroup. 0: no limit.
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub budget_per_cgroup: u32,
     /// Serve Prometheus/OpenMetrics counters over HTTP at ADDR/metrics (e.g. 127.0.0.1:9745,

@@ -4,8 +4,10 @@
 //!
 //! The first occurrence of a problem is written at once; its repeats within
 //! the window become one record with a count. Each window has a budget of
-//! first occurrences, per cgroup and in all; past it, a cgroup's problems
-//! become one summary record per window. Every written record carries the
+//! records, first occurrences and repeats alike, per cgroup and in all;
+//! past it, a cgroup's problems become one summary record per window. A
+//! problem that keeps repeating is forgotten after `KEY_LIFETIME_WINDOWS`,
+//! and is a first occurrence again: no cgroup holds the table forever. Every written record carries the
 //! exact number of accesses it stands for, so the sum of `count` over the
 //! log is the number of problems the kernel reported.
 
@@ -43,6 +45,8 @@ struct Pending {
     /// The latest repeat, written with the count when the window closes.
     latest: Option<Record>,
     window_started: Instant,
+    /// When the first occurrence was admitted.
+    admitted: Instant,
     /// The first occurrence's open call: the kernel's repeats come without
     /// a path.
     first_open: Option<OpenCall>,
@@ -145,6 +149,8 @@ pub struct Folder {
 const MAX_PENDING: usize = 65_536;
 const MAX_SUMMARIES: usize = 1_024;
 const MAX_COUNTED_CGROUPS: usize = 65_536;
+/// Windows a problem stays folded, repeating or not.
+const KEY_LIFETIME_WINDOWS: u32 = 10;
 
 impl Folder {
     /// A zero window disables folding and budgets.
@@ -173,22 +179,16 @@ impl Folder {
             pending.add(record);
             return None;
         }
-        let cgroup_id = key.cgroup_id;
-        let spent = self.spent_by_cgroup.get(&cgroup_id).copied().unwrap_or(0);
-        let within = Budget::allows(self.budget.total, self.spent_total)
-            && Budget::allows(self.budget.per_cgroup, spent)
-            && self.pending.len() < MAX_PENDING;
-        if !within {
+        if self.pending.len() >= MAX_PENDING || !self.spend(key.cgroup_id) {
             self.summarize(record);
             return None;
         }
-        self.spent_total += 1;
-        self.spent_by_cgroup.insert(cgroup_id, spent + 1);
         self.pending.insert(
             key,
             Pending {
                 latest: None,
                 window_started: Instant::now(),
+                admitted: Instant::now(),
                 first_open: record.access.open.clone(),
             },
         );
@@ -214,6 +214,19 @@ impl Folder {
         self.admit(record)
     }
 
+    /// Takes one record from the window's budget, if it has one left for
+    /// `cgroup_id`.
+    fn spend(&mut self, cgroup_id: u64) -> bool {
+        let spent = self.spent_by_cgroup.get(&cgroup_id).copied().unwrap_or(0);
+        let within = Budget::allows(self.budget.total, self.spent_total)
+            && Budget::allows(self.budget.per_cgroup, spent);
+        if within {
+            self.spent_total += 1;
+            self.spent_by_cgroup.insert(cgroup_id, spent + 1);
+        }
+        within
+    }
+
     fn summarize(&mut self, record: Record) {
         let cgroup_id = record.access.cgroup_id;
         if let Some(summary) = self.summaries.get_mut(&cgroup_id) {
@@ -233,25 +246,36 @@ impl Folder {
 
     /// Folded records whose window has closed, and the summaries of a
     /// budget window that has closed (all of them with `everything`, at
-    /// shutdown). A key that saw no repeat is forgotten, so its next
-    /// occurrence is written at once again.
+    /// shutdown). A folded record spends from the budget like a first
+    /// occurrence; past it, it joins its cgroup's summary. A key that saw
+    /// no repeat, or has lived `KEY_LIFETIME_WINDOWS`, is forgotten, so its
+    /// next occurrence is a first occurrence again.
     pub fn due(&mut self, everything: bool) -> Vec<Record> {
         let window = self.window;
-        let mut out = Vec::new();
+        let lifetime = window.saturating_mul(KEY_LIFETIME_WINDOWS);
+        let mut folded = Vec::new();
         self.pending.retain(|_, pending| {
             if !everything && pending.window_started.elapsed() < window {
                 return true;
             }
             match pending.latest.take() {
-                Some(mut folded) => {
-                    folded.kind = RecordKind::Repeats;
-                    out.push(folded);
+                Some(mut repeats) => {
+                    repeats.kind = RecordKind::Repeats;
+                    folded.push(repeats);
                     pending.window_started = Instant::now();
-                    !everything
+                    !everything && pending.admitted.elapsed() < lifetime
                 }
                 None => false,
             }
         });
+        let mut out = Vec::new();
+        for repeats in folded {
+            if self.spend(repeats.access.cgroup_id) {
+                out.push(repeats);
+            } else {
+                self.summarize(repeats);
+            }
+        }
         if everything || self.budget_window.elapsed() >= window {
             self.budget_window = Instant::now();
             self.spent_total = 0;
@@ -523,6 +547,43 @@ mod tests {
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].kind, RecordKind::Summary { cgroups: 1 });
         assert!(folder.admit(denial(b"c", 2)).is_some(), "a new window");
+    }
+
+    #[test]
+    fn repeats_spend_the_budget_and_past_it_join_the_summary() {
+        let budget = Budget {
+            per_cgroup: 2,
+            total: 0,
+        };
+        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        assert!(folder.admit(denial(b"a", 1)).is_some());
+        assert!(folder.admit(denial(b"b", 1)).is_some());
+        for at in 2..5 {
+            assert!(folder.admit(denial(b"a", at)).is_none());
+            assert!(folder.admit(denial(b"b", at)).is_none());
+        }
+        let out = folder.due(true);
+        assert_eq!(out.len(), 1, "the budget was spent: {out:?}");
+        assert_eq!(out[0].kind, RecordKind::Summary { cgroups: 1 });
+        assert_eq!(out[0].count, 6, "exact all the same");
+    }
+
+    #[test]
+    fn a_problem_that_keeps_repeating_is_forgotten_after_its_lifetime() {
+        let mut folder = Folder::new(Duration::from_millis(1), Budget::UNLIMITED);
+        assert!(folder.admit(denial(b"a", 1)).is_some());
+        let mut windows = 0;
+        let again = loop {
+            windows += 1;
+            std::thread::sleep(Duration::from_millis(2));
+            if let Some(first) = folder.admit(denial(b"a", 2)) {
+                break first;
+            }
+            assert_eq!(folder.due(false).len(), 1, "one repeats record per window");
+            assert!(windows < 100, "never forgotten");
+        };
+        assert_eq!(again.kind, RecordKind::Event);
+        assert!(windows >= 5, "kept for its lifetime: {windows} windows");
     }
 
     #[test]

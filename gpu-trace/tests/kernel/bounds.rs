@@ -247,3 +247,87 @@ fn check_reads_hostile_cdi_specs_within_bounds_and_says_what_it_skipped() {
     eprintln!("check read the hostile specs in {took:?}");
     assert!(took < Duration::from_secs(20), "check took {took:?}");
 }
+
+#[test]
+fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let Some(mknod_cycle) = c_program(test_name!(), "mknod_cycle", &[]) else {
+        return;
+    };
+    let incident = Incident::new(&host, "minor-cycle");
+    // Another cgroup below the same policy, denied once mid-flood.
+    let other = incident.cgroup.path().join("other");
+    fs::create_dir(&other).expect("make the other cgroup");
+    const SECONDS: u64 = 4;
+    const PER_CGROUP: u64 = 20;
+    let major = incident.uvm_major.to_string();
+    let watcher = incident.watch(&[
+        "--format",
+        "json",
+        "--fold",
+        "1s",
+        "--budget-per-cgroup",
+        &PER_CGROUP.to_string(),
+        "--budget",
+        "100",
+    ]);
+    // 2 000 minors of the denied major, over and over: each a problem of
+    // its own that repeats every window.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let node = scratch.path().join("n");
+    let mut command = Command::new(&mknod_cycle);
+    command
+        .arg(&node)
+        .args([major.as_str(), "2000", &SECONDS.to_string()]);
+    let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
+        .expect("place the tenant in its cgroup");
+    let tenant = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start mknod_cycle");
+    let tenant_pid = tenant.id();
+    std::thread::sleep(Duration::from_secs(SECONDS / 2));
+    let uvm = [incident.open_rw("nvidia-uvm")];
+    let victim = run_probe_in(Path::new(gpu_trace()), &[&other], &uvm).expect("probe");
+    assert_eq!(victim.results, [libc::EPERM]);
+    let victims_line = Instant::now();
+    let victim_events = watcher.wait_for_events(victim.pid, 1);
+    let waited = victims_line.elapsed();
+    let out = tenant.wait_with_output().expect("wait for mknod_cycle");
+    let refused: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a count");
+    std::thread::sleep(Duration::from_millis(1_500)); // the last window's records
+    let (status, stderr, tenants) = watcher.stop_with_events(tenant_pid);
+    assert!(status.success(), "{stderr:#?}");
+    let (summary, count) = summary_counts(&stderr);
+
+    // The other cgroup's new problem has a line of its own, at once.
+    assert_eq!(victim_events.len(), 1, "{victim_events:#?}");
+    assert_eq!(victim_events[0]["kind"], "event", "{:#}", victim_events[0]);
+    assert!(
+        waited < Duration::from_secs(2),
+        "the other line took {waited:?}"
+    );
+    // The tenant: at most its budget per window, plus a summary, over the
+    // windows it ran in (and the one closing as watch stopped), and exact.
+    let windows = SECONDS + 3;
+    eprintln!(
+        "{refused} refused mknods: {} records in {windows} windows; {summary}",
+        tenants.len()
+    );
+    assert!(
+        tenants.len() as u64 <= windows * (PER_CGROUP + 1),
+        "{} records from one cgroup in {windows} windows of budget {PER_CGROUP}",
+        tenants.len()
+    );
+    let written: u64 = tenants
+        .iter()
+        .map(|e| e["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(written + count("lost") as u64, refused, "{summary}");
+    let _ = fs::remove_dir(&other);
+}

@@ -348,54 +348,6 @@ fn walk(mount: &Path, budget: usize) -> Walked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::mountinfo::{cgroup2_mount_in, v1_controller_mount_in};
-
-    const HYBRID: &str = "\
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate
-33 31 0:30 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices
-";
-
-    #[test]
-    fn finds_cgroup2_on_hybrid_layout() {
-        assert_eq!(
-            cgroup2_mount_in(HYBRID),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-    }
-
-    #[test]
-    fn finds_the_v1_devices_controller_on_hybrid_layout() {
-        assert_eq!(
-            v1_controller_mount_in(HYBRID, "devices"),
-            Some(PathBuf::from("/sys/fs/cgroup/devices"))
-        );
-        assert_eq!(v1_controller_mount_in(HYBRID, "memory"), None);
-    }
-
-    #[test]
-    fn finds_cgroup2_on_pure_v2_layout() {
-        let text = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            cgroup2_mount_in(text),
-            Some(PathBuf::from("/sys/fs/cgroup"))
-        );
-    }
-
-    #[test]
-    fn no_cgroup2_mount_is_none() {
-        let text = "33 31 0:30 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n";
-        assert_eq!(cgroup2_mount_in(text), None);
-    }
-
-    #[test]
-    fn unescapes_spaces_in_mount_points() {
-        let text = "40 1 0:40 / /mnt/my\\040cgroups rw - cgroup2 none rw\n";
-        assert_eq!(
-            cgroup2_mount_in(text),
-            Some(PathBuf::from("/mnt/my cgroups"))
-        );
-    }
 
     #[test]
     fn resolves_ids_on_a_fake_tree_and_refreshes_on_a_miss() {

@@ -328,6 +328,20 @@ mod tests {
         runtime::NameSources,
     };
 
+    /// `records` are one, standing for `count` problems from second
+    /// `span.0` to `span.1`.
+    fn assert_one_spanning(records: &[Record], count: u64, span: (u64, u64)) {
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].count, count);
+        assert_eq!(records[0].first_seen, at(span.0));
+        assert_eq!(records[0].last_seen, at(span.1));
+    }
+
+    /// A folder with this window and budget.
+    fn budgeted(window: Duration, per_cgroup: u32, total: u32) -> Folder {
+        Folder::new(window, Budget { per_cgroup, total })
+    }
+
     /// `seconds` after the epoch: the tests' clock.
     fn at(seconds: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
@@ -395,11 +409,7 @@ mod tests {
             "another command is another denial"
         );
         assert!(folder.due(false).is_empty(), "the window is still open");
-        let folded = folder.due(true);
-        assert_eq!(folded.len(), 1);
-        assert_eq!(folded[0].count, 9);
-        assert_eq!(folded[0].first_seen, at(2));
-        assert_eq!(folded[0].last_seen, at(10));
+        assert_one_spanning(&folder.due(true), 9, (2, 10));
     }
 
     #[test]
@@ -415,20 +425,12 @@ mod tests {
         let mut counted = denial(b"a", 7);
         counted.count = 2;
         assert!(folder.admit_repeats(counted).is_none());
-        let folded = folder.due(true);
-        assert_eq!(folded.len(), 1);
-        assert_eq!(folded[0].count, 43);
-        assert_eq!(folded[0].first_seen, at(5));
-        assert_eq!(folded[0].last_seen, at(9));
+        assert_one_spanning(&folder.due(true), 43, (5, 9));
     }
 
     #[test]
     fn a_summary_spans_its_records_whatever_their_order() {
-        let budget = Budget {
-            per_cgroup: 1,
-            total: 0,
-        };
-        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        let mut folder = budgeted(Duration::from_secs(3600), 1, 0);
         assert!(folder.admit(denial(b"a", 1)).is_some());
         for (comm, at) in [(b"b", 8), (b"c", 3), (b"d", 6)] {
             assert!(folder.admit(denial(comm, at)).is_none());
@@ -438,10 +440,7 @@ mod tests {
             .into_iter()
             .filter(|r| matches!(r.kind, RecordKind::Summary { .. }))
             .collect();
-        assert_eq!(summary.len(), 1);
-        assert_eq!(summary[0].count, 3);
-        assert_eq!(summary[0].first_seen, at(3));
-        assert_eq!(summary[0].last_seen, at(8));
+        assert_one_spanning(&summary, 3, (3, 8));
     }
 
     #[test]
@@ -458,13 +457,7 @@ mod tests {
 
     #[test]
     fn zero_window_writes_everything() {
-        let mut folder = Folder::new(
-            Duration::ZERO,
-            Budget {
-                per_cgroup: 1,
-                total: 1,
-            },
-        );
+        let mut folder = budgeted(Duration::ZERO, 1, 1);
         assert!(folder.admit(denial(b"a", 1)).is_some());
         assert!(folder.admit(denial(b"a", 1)).is_some());
     }
@@ -476,11 +469,7 @@ mod tests {
 
     #[test]
     fn a_flood_of_distinct_commands_is_bounded_and_counted_exactly() {
-        let budget = Budget {
-            per_cgroup: 10,
-            total: 25,
-        };
-        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        let mut folder = budgeted(Duration::from_secs(3600), 10, 25);
         let mut out = Vec::new();
         // Three cgroups, 20 000 distinct command names each.
         for cgroup in [7, 8, 9] {
@@ -507,11 +496,7 @@ mod tests {
 
     #[test]
     fn the_summaries_of_many_cgroups_are_capped_too() {
-        let budget = Budget {
-            per_cgroup: 1,
-            total: 1,
-        };
-        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        let mut folder = budgeted(Duration::from_secs(3600), 1, 1);
         let mut out = Vec::new();
         let cgroups = MAX_SUMMARIES as u64 + 500;
         for cgroup in 0..cgroups {
@@ -535,11 +520,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_renewed_each_window() {
-        let budget = Budget {
-            per_cgroup: 1,
-            total: 0,
-        };
-        let mut folder = Folder::new(Duration::from_millis(1), budget);
+        let mut folder = budgeted(Duration::from_millis(1), 1, 0);
         assert!(folder.admit(denial(b"a", 1)).is_some());
         assert!(folder.admit(denial(b"b", 1)).is_none(), "over budget");
         std::thread::sleep(Duration::from_millis(5));
@@ -551,11 +532,7 @@ mod tests {
 
     #[test]
     fn repeats_spend_the_budget_and_past_it_join_the_summary() {
-        let budget = Budget {
-            per_cgroup: 2,
-            total: 0,
-        };
-        let mut folder = Folder::new(Duration::from_secs(3600), budget);
+        let mut folder = budgeted(Duration::from_secs(3600), 2, 0);
         assert!(folder.admit(denial(b"a", 1)).is_some());
         assert!(folder.admit(denial(b"b", 1)).is_some());
         for at in 2..5 {

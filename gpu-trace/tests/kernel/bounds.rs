@@ -281,12 +281,7 @@ fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() 
     command
         .arg(&node)
         .args([major.as_str(), "2000", &SECONDS.to_string()]);
-    let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
-        .expect("place the tenant in its cgroup");
-    let tenant = command
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start mknod_cycle");
+    let tenant = start_in_cgroup(incident.cgroup.path(), command);
     let tenant_pid = tenant.id();
     std::thread::sleep(Duration::from_secs(SECONDS / 2));
     let uvm = [incident.open_rw("nvidia-uvm")];
@@ -295,11 +290,7 @@ fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() 
     let victims_line = Instant::now();
     let victim_events = watcher.wait_for_events(victim.pid, 1);
     let waited = victims_line.elapsed();
-    let out = tenant.wait_with_output().expect("wait for mknod_cycle");
-    let refused: u64 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a count");
+    let refused = printed_count(tenant);
     std::thread::sleep(Duration::from_millis(1_500)); // the last window's records
     let (status, stderr, tenants) = watcher.stop_with_events(tenant_pid);
     assert!(status.success(), "{stderr:#?}");

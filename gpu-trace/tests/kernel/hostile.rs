@@ -97,6 +97,16 @@ impl Drop for ChildCgroup {
     }
 }
 
+/// The incident, open to the tenant, with a cgroup `unit` below it
+/// delegated to the tenant; None (said) where `test` cannot run.
+fn tenant_test(test: &str, cgroup: &str, unit: &str) -> Option<(Incident, ChildCgroup)> {
+    let incident = incident_test(test, cgroup)?;
+    open_to_tenants(&incident.nodes);
+    let delegated = ChildCgroup::create(&incident.cgroup, unit);
+    delegated.delegate_to(TENANT);
+    Some((incident, delegated))
+}
+
 /// The nodes' directory is the test's (0700): let the tenant in.
 fn open_to_tenants(nodes: &DeviceNodes) {
     fs::set_permissions(nodes.dir(), fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -194,13 +204,11 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
 
 #[test]
 fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((incident, delegated)) =
+        tenant_test(test_name!(), "hostile-flood", "user@4242.service")
+    else {
         return;
     };
-    let incident = Incident::new(&host, "hostile-flood");
-    open_to_tenants(&incident.nodes);
-    let delegated = ChildCgroup::create(&incident.cgroup, "user@4242.service");
-    delegated.delegate_to(TENANT);
     // The real container, made by root where Docker's systemd driver would.
     let victim = ChildCgroup::create(&incident.cgroup, &format!("docker-{VICTIM_ID}.scope"));
     const OPENS: u32 = 20_000;
@@ -274,12 +282,8 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
     // `check --container` finds the real one only.
     let (_, report) = check_json_with(&["--container", &VICTIM_ID[..12]], None);
     let victim_path = format!(
-        "/{}",
-        victim
-            .0
-            .strip_prefix(&host.cgroup2_mount)
-            .expect("under the mount")
-            .display()
+        "{}/docker-{VICTIM_ID}.scope",
+        incident.cgroup.relative_path().display()
     );
     assert_eq!(report["cgroup"], victim_path.as_str());
     assert_eq!(report["container"]["runtime"], "docker");
@@ -660,13 +664,10 @@ fn a_denied_gpu_is_fixed_with_its_own_minor_never_the_whole_major() {
 
 #[test]
 fn a_tenants_look_alike_is_not_the_victim_once_its_directories_are_gone() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((incident, delegated)) = tenant_test(test_name!(), "gone-spoof", "user@4243.service")
+    else {
         return;
     };
-    let incident = Incident::new(&host, "gone-spoof");
-    open_to_tenants(&incident.nodes);
-    let delegated = ChildCgroup::create(&incident.cgroup, "user@4243.service");
-    delegated.delegate_to(TENANT);
     let major = incident.uvm_major.to_string();
     let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
     // The tenant stalls watch (here: the test stops it), is denied in a
@@ -718,19 +719,9 @@ fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
     let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
     let mut command = Command::new(&flip_open);
     command.args([uvm, &elsewhere, "20000"]);
-    let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[incident.cgroup.path()])
-        .expect("place the program in the cgroup");
-    let child = command
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start flip_open");
+    let child = start_in_cgroup(incident.cgroup.path(), command);
     let pid = child.id();
-    let out = child.wait_with_output().expect("wait for flip_open");
-    assert!(out.status.success(), "{:?}", out.status);
-    let denied: u64 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a count of denials");
+    let denied = printed_count(child);
     assert!(denied > 0, "some opens reached the device check");
     thread::sleep(Duration::from_millis(1_500)); // the fold window's records
     let (status, stderr, events) = watcher.stop_with_events(pid);

@@ -643,3 +643,23 @@ impl Drop for DevNode {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// A C program of tests/kernel started inside `cgroup`, its stdout piped.
+pub fn start_in_cgroup(cgroup: &std::path::Path, mut command: Command) -> std::process::Child {
+    let _procs = gpu_trace::cgroup::spawn::place_child_in(&mut command, &[cgroup])
+        .expect("place the program in the cgroup");
+    command
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the program")
+}
+
+/// The number a C program of tests/kernel prints when it ends well.
+pub fn printed_count(program: std::process::Child) -> u64 {
+    let out = program.wait_with_output().expect("wait for the program");
+    assert!(out.status.success(), "{:?}", out.status);
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a count")
+}

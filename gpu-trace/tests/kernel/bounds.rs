@@ -322,3 +322,94 @@ fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() 
     assert_eq!(written + count("lost") as u64, refused, "{summary}");
     let _ = fs::remove_dir(&other);
 }
+
+#[test]
+fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothing() {
+    let Some(host) = kernel_test(test_name!()) else {
+        return;
+    };
+    let Some(mknod_cycle) = c_program(test_name!(), "mknod_cycle", &[]) else {
+        return;
+    };
+    let Some(open_paced) = c_program(test_name!(), "open_paced", &[]) else {
+        return;
+    };
+    let guest = fexit_expected();
+    let incident = Incident::new(&host, "all-at-once");
+    // The long paths, in a subtree of the tenant's own.
+    let delegated = scratch_cgroup(&host, "all-at-once-tenant");
+    delegate(delegated.path());
+    let long = LongTree::make(
+        delegated.path(),
+        15,
+        250,
+        if guest { 6_000 } else { 20_000 },
+    );
+    // The tenant's cgroup below the policy, above its empty cgroups.
+    let tenant_dir = incident.cgroup.path().join("tenant");
+    fs::create_dir(&tenant_dir).expect("make the tenant's cgroup");
+    delegate(&tenant_dir);
+    let empty = LongTree::make(&tenant_dir, 0, 0, if guest { 10_000 } else { 100_000 });
+    let other = incident.cgroup.path().join("other");
+    fs::create_dir(&other).expect("make the other cgroup");
+
+    // watch as shipped: the default fold window (5 s) and budgets.
+    let mut watcher = incident.watch(&["--format", "json"]);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let major = incident.uvm_major.to_string();
+    let mut cycle = Command::new(&mknod_cycle);
+    cycle
+        .arg(scratch.path().join("n"))
+        .args([major.as_str(), "2000", "6"]);
+    let cycle = start_in_cgroup(&tenant_dir, cycle);
+    let uvm = [incident.open_rw("nvidia-uvm")];
+    let above_empty = run_probe_in(Path::new(gpu_trace()), &[&tenant_dir], &uvm).expect("probe");
+    assert_eq!(above_empty.results, [libc::EPERM]);
+    // The steady stream: 2 000 denials/s for 5 s from another cgroup.
+    let mut stream = Command::new(&open_paced);
+    stream
+        .arg(incident.nodes.path("nvidia-uvm"))
+        .args(["10000", "2000"]);
+    let started = Instant::now();
+    let stream = start_in_cgroup(&other, stream);
+    let stream_pid = stream.id();
+    let first_line = watcher.wait_for_events(stream_pid, 1);
+    let latency = started.elapsed();
+    let streamed = printed_count(stream);
+    let cycled = printed_count(cycle);
+    let peak = peak_rss_kib(watcher.child.id());
+    // The stream's last window closes 5 s after it began.
+    std::thread::sleep(Duration::from_millis(6_500));
+    assert!(
+        watcher
+            .child
+            .try_wait()
+            .is_ok_and(|status| status.is_none()),
+        "watch died"
+    );
+    let (status, stderr, events) = watcher.stop_with_events(stream_pid);
+    assert!(status.success(), "{stderr:#?}");
+    let (summary, count) = summary_counts(&stderr);
+    eprintln!(
+        "all at once: the stream's first line after {latency:?}; {streamed} streamed, {cycled} cycled; watch's peak RSS {peak} KiB; {summary}"
+    );
+    assert_eq!(first_line.len(), 1, "{first_line:#?}");
+    assert!(
+        latency < Duration::from_secs(2),
+        "the stream's first line took {latency:?}"
+    );
+    assert_eq!(count("lost"), 0, "{summary}");
+    let reported: u64 = events
+        .iter()
+        .map(|e| e["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(
+        reported, streamed,
+        "every denial of the stream, counted: {summary}"
+    );
+    assert!(peak < DAEMONSET_LIMIT_KIB, "watch's peak RSS {peak} KiB");
+    drop((long, empty));
+    for dir in [&tenant_dir, &other] {
+        let _ = fs::remove_dir(dir);
+    }
+}

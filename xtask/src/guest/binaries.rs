@@ -26,11 +26,12 @@ pub(crate) struct GuestBinaries {
 }
 
 /// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
-const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 4] = [
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 5] = [
     ("open32", &["-m32"]),
     ("uring_open", &[]),
     ("flip_open", &["-pthread"]),
     ("mknod_cycle", &[]),
+    ("open_paced", &[]),
 ];
 
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked

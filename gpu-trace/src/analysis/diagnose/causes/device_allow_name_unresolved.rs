@@ -3,15 +3,10 @@
 //! systemd left that rule out (NVIDIA's driver 550 renamed nvidia-frontend
 //! to nvidia).
 
+use super::prelude::*;
 use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
     host::systemd_units::{char_names, glob_matches, unit_of_cgroup},
     model::policy_writer::Manager,
-    runtime::CONTAINER,
-    text::shell_word::{command_word, plain_or, prose},
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {

@@ -2,11 +2,9 @@
 //! out when a module loads (nvidia-uvm, caps, nvswitch; AMD's kfd), which
 //! can change after a reboot or driver update.
 
+use super::prelude::*;
 use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::{todays_major, Finding},
-    },
+    analysis::diagnose::phrasing::todays_major,
     model::node::NvidiaNode,
     runtime::{self, allow_device, DeviceToAllow},
 };

@@ -2,14 +2,9 @@
 //! rewritten. Known two ways: the cgroup opened the device earlier in this
 //! trace, or the denying program was written after its first process started.
 
+use super::prelude::*;
 use crate::{
-    analysis::{
-        diagnose::{
-            facts::{Context, Facts},
-            phrasing::Finding,
-        },
-        policy_age::{duration_text, seconds_after_start},
-    },
+    analysis::policy_age::{duration_text, seconds_after_start},
     model::denied_by::DeniedBy,
 };
 

@@ -66,10 +66,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 mod tests {
     use std::rc::Rc;
 
-    use crate::{
-        analysis::diagnose::testing::*, host::proc_devices::CharMajors,
-        model::policy_writer::Manager,
-    };
+    use crate::{analysis::diagnose::testing::*, model::policy_writer::Manager};
 
     #[test]
     fn a_device_allow_name_no_driver_has_is_named_with_todays_name() {

@@ -76,10 +76,7 @@ fn kfd(facts: &Facts) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::diagnose::testing::*, host::proc_devices::CharMajors,
-        scenario::pasted::assert_paste_safe,
-    };
+    use crate::{analysis::diagnose::testing::*, scenario::pasted::assert_paste_safe};
 
     #[test]
     fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {

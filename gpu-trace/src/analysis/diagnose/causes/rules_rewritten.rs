@@ -55,7 +55,6 @@ mod tests {
     use crate::{
         analysis::{diagnose::testing::*, test_support::PROC_DEVICES},
         cgroup::first_process::FirstProcess,
-        host::proc_devices::CharMajors,
         model::{denied_by::DeniedBy, rendered::Rendered},
     };
 

@@ -71,7 +71,7 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{analysis::diagnose::testing::*, host::proc_devices::CharMajors};
+    use crate::analysis::diagnose::testing::*;
 
     #[test]
     fn node_with_an_old_major_is_stale() {

@@ -162,6 +162,16 @@ mod tests {
         DeviceFacts::default()
     }
 
+    /// What sysfs says of a GPU's node: its PCI vendor id, when it has one,
+    /// and the kernel driver bound to it.
+    fn sysfs(pci_vendor: Option<u16>, driver: &str) -> impl FnOnce() -> DeviceFacts {
+        let facts = DeviceFacts {
+            pci_vendor,
+            kernel_driver: Some(driver.into()),
+        };
+        move || facts
+    }
+
     #[test]
     fn nodes_get_their_vendor_and_role() {
         assert_eq!(
@@ -172,26 +182,17 @@ mod tests {
             vendor_and_role(Some("kfd"), 511, 0, None, none),
             (Some(Vendor::Amd), Some(Role::Compute))
         );
-        let amd = || DeviceFacts {
-            pci_vendor: Some(0x1002),
-            kernel_driver: Some("amdgpu".into()),
-        };
+        let amd = sysfs(Some(0x1002), "amdgpu");
         assert_eq!(
             vendor_and_role(Some("drm"), DRM_MAJOR, 128, None, amd),
             (Some(Vendor::Amd), Some(Role::Render))
         );
-        let intel = || DeviceFacts {
-            pci_vendor: None,
-            kernel_driver: Some("i915".into()),
-        };
+        let intel = sysfs(None, "i915");
         assert_eq!(
             vendor_and_role(Some("drm"), DRM_MAJOR, 0, None, intel),
             (Some(Vendor::Intel), Some(Role::Display))
         );
-        let gaudi = || DeviceFacts {
-            pci_vendor: Some(0x1da3),
-            kernel_driver: Some("habanalabs".into()),
-        };
+        let gaudi = sysfs(Some(0x1da3), "habanalabs");
         assert_eq!(
             vendor_and_role(Some("accel"), ACCEL_MAJOR, 0, None, gaudi),
             (Some(Vendor::Habana), Some(Role::Compute))

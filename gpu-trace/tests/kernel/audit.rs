@@ -3,7 +3,7 @@
 
 use std::{
     fs,
-    path::Path,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use gpu_trace::scenario::{run_probe, ScratchCgroup, ScratchPolicy};
+use gpu_trace::scenario::{run_probe, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::{
     sys::signal::{kill, Signal},
@@ -30,6 +30,24 @@ fn parse_lines(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Runs `ops` in the incident's cgroup and asserts that its policy denied
+/// every one (EPERM).
+#[track_caller]
+fn run_denied(incident: &Incident, ops: &[ProbeOp]) -> ProbeOutcome {
+    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], ops).expect("probe");
+    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    child
+}
+
+/// A fresh directory for watch's log: the directory, the log's path in it,
+/// and the path `rotated` names, where the log is rotated to.
+fn log_dir(rotated: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("denied.jsonl");
+    let rotated = dir.path().join(rotated);
+    (dir, log, rotated)
+}
+
 #[test]
 fn ten_thousand_identical_denials_fold_into_exact_counts() {
     let Some(incident) = incident_test(test_name!(), "fold") else {
@@ -38,8 +56,7 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
     const REPEATS: usize = 10_000;
     let ops = vec![incident.open_rw("nvidia-uvm"); REPEATS];
     let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
-    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
-    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    let child = run_denied(&incident, &ops);
     let first = watcher.wait_for_events(child.pid, 1);
     assert_eq!(
         first[0]["count"], 1,
@@ -90,9 +107,7 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
     let Some(incident) = incident_test(test_name!(), "rotate") else {
         return;
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let log = dir.path().join("denied.jsonl");
-    let rotated = dir.path().join("denied.jsonl.1");
+    let (_dir, log, rotated) = log_dir("denied.jsonl.1");
     let mut watcher = incident.watch(&["--output", log.to_str().expect("utf-8"), "--fold", "0"]);
     // Batches of denials until told to stop; rotation happens in the middle.
     let rotated_flag = Arc::new(AtomicBool::new(false));
@@ -169,6 +184,20 @@ fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
     assert_eq!(number("events") + number("lost"), produced, "{summary}");
 }
 
+/// One probe process in `cgroup` that does `op` once.
+fn run_once(cgroup: &ScratchCgroup, op: &ProbeOp) -> anyhow::Result<ProbeOutcome> {
+    run_probe(Path::new(gpu_trace()), &[cgroup], std::slice::from_ref(op))
+}
+
+/// Stops `watcher` and asserts that its summary counted `denied` denials:
+/// what a filter hid was received, not missed.
+#[track_caller]
+fn assert_denials_received(watcher: Watcher, denied: usize, what: &str) {
+    let stderr = watcher.stop_cleanly();
+    let (summary, number) = summary_counts(&stderr);
+    assert_eq!(number("denied"), denied, "{what}: {summary}");
+}
+
 #[test]
 fn filters_narrow_the_stream() {
     let Some(host) = kernel_test(test_name!()) else {
@@ -205,18 +234,8 @@ fn filters_narrow_the_stream() {
         let mut args = vec!["--format", "json", "--fold", "0", "--major", major.as_str()];
         args.extend(&filter);
         let watcher = Watcher::start(&args);
-        let a = run_probe(
-            Path::new(gpu_trace()),
-            &[&incident.cgroup],
-            std::slice::from_ref(&uvm),
-        )
-        .expect("probe a");
-        let b = run_probe(
-            Path::new(gpu_trace()),
-            &[&other],
-            std::slice::from_ref(&uvm),
-        )
-        .expect("probe b");
+        let a = run_once(&incident.cgroup, &uvm).expect("probe a");
+        let b = run_once(&other, &uvm).expect("probe b");
         // A marker the filter lets through only when expected; wait for what should come.
         if want_a {
             watcher.wait_for_events(a.pid, 1);
@@ -235,37 +254,20 @@ fn filters_narrow_the_stream() {
             want_b,
             "{filter:?}: cgroup b"
         );
-        let stderr = watcher.stop_cleanly();
         // The filter hid them, not a watcher that saw nothing.
-        let (summary, number) = summary_counts(&stderr);
-        assert_eq!(
-            number("denied"),
-            2,
-            "{filter:?}: both denials received: {summary}"
-        );
+        assert_denials_received(watcher, 2, &format!("{filter:?}: both denials received"));
     }
     // --pid: only that process.
     let watcher = Watcher::start(&[
         "--format", "json", "--fold", "0", "--major", &major, "--pid", "1",
     ]);
-    let a = run_probe(
-        Path::new(gpu_trace()),
-        &[&incident.cgroup],
-        std::slice::from_ref(&uvm),
-    )
-    .expect("probe");
+    let a = run_once(&incident.cgroup, &uvm).expect("probe");
     thread::sleep(Duration::from_millis(300));
     assert!(
         watcher.events_of(a.pid).is_empty(),
         "--pid 1 hides other processes"
     );
-    let stderr = watcher.stop_cleanly();
-    let (summary, number) = summary_counts(&stderr);
-    assert_eq!(
-        number("denied"),
-        1,
-        "the denial was received, then hidden: {summary}"
-    );
+    assert_denials_received(watcher, 1, "the denial was received, then hidden");
 }
 
 #[test]
@@ -278,8 +280,7 @@ fn metrics_count_every_denial_over_http() {
     let watcher = Watcher::start(&["--format", "json", "--metrics", &addr, "--major", &major]);
     const DENIALS: usize = 25;
     let ops = vec![incident.open_rw("nvidia-uvm"); DENIALS];
-    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
-    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    let child = run_denied(&incident, &ops);
     // The first is written at once; the rest fold, but metrics count each one.
     watcher.wait_for_events(child.pid, 1);
     let deadline = std::time::Instant::now() + WAIT;
@@ -496,13 +497,7 @@ fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
     let log = fs_dir.0.path().join("denied.jsonl");
     let watcher = incident.watch(&["--output", log.to_str().expect("utf-8"), "--fold", "0"]);
     const DENIALS: usize = 300; // far more lines than 16 KiB holds
-    let child = run_probe(
-        Path::new(gpu_trace()),
-        &[&incident.cgroup],
-        &vec![incident.open_rw("nvidia-uvm"); DENIALS],
-    )
-    .expect("probe");
-    assert!(child.results.iter().all(|&r| r == libc::EPERM));
+    run_denied(&incident, &vec![incident.open_rw("nvidia-uvm"); DENIALS]);
     thread::sleep(Duration::from_millis(500));
     let (status, stderr) = watcher.stop();
     assert!(
@@ -552,9 +547,7 @@ fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
     let Some(incident) = incident_test(test_name!(), "summary") else {
         return;
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let log = dir.path().join("denied.jsonl");
-    let rotated = dir.path().join("denied.jsonl.1.gz");
+    let (_dir, log, rotated) = log_dir("denied.jsonl.1.gz");
     let major = incident.uvm_major.to_string();
     // Two runs of watch, the first log rotated and compressed as logrotate does.
     for (denials, rotate) in [(300, true), (200, false)] {
@@ -567,8 +560,7 @@ fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
             &major,
         ]);
         let ops = vec![incident.open_rw("nvidia-uvm"); denials];
-        let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
-        assert!(child.results.iter().all(|&r| r == libc::EPERM));
+        run_denied(&incident, &ops);
         let stderr = watcher.stop_cleanly();
         assert!(stderr.iter().any(|l| l.contains("lost 0")), "{stderr:#?}");
         if rotate {

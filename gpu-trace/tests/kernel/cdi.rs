@@ -2,7 +2,7 @@
 //! number differs from the host's node, or whose path is gone, and `watch`
 //! names the stale spec behind a denied node.
 
-use std::fs;
+use std::{fs, path::PathBuf};
 
 use gpu_trace::scenario::{DeviceNodes, OpenMode, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
@@ -20,6 +20,15 @@ fn uvm_node() -> (u32, DeviceNodes) {
     (major, nodes)
 }
 
+/// A fresh directory, as `--cdi-dir` and GPU_TRACE_CDI_DIRS take, holding
+/// one spec, `name`, that says `text`: the directory and the spec's path.
+fn spec_dir(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let specs = tempfile::tempdir().expect("temp dir");
+    let spec = specs.path().join(name);
+    fs::write(&spec, text).expect("write the spec");
+    (specs, spec)
+}
+
 #[test]
 fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
     let Some(host) = kernel_test(test_name!()) else {
@@ -27,19 +36,16 @@ fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
     };
     let (major, nodes) = uvm_node();
     let uvm = nodes.path("nvidia-uvm");
-    let specs = tempfile::tempdir().expect("temp dir");
     // Written before a driver update: the old major, and a node since gone.
-    let spec = specs.path().join("nvidia.yaml");
-    fs::write(
-        &spec,
-        format!(
+    let (specs, spec) = spec_dir(
+        "nvidia.yaml",
+        &format!(
             "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia-uvm\n      hostPath: {}\n      major: {}\n      minor: 0\n    - path: /dev/nvidia-gone\n      hostPath: {}/nvidia-gone\n",
             uvm.display(),
             major + 1,
             nodes.dir().display()
         ),
-    )
-    .expect("write the spec");
+    );
     let cgroup = scratch_cgroup(&host, "cdi");
     let relative = cgroup.relative_path().to_str().expect("UTF-8").to_string();
     let dir = specs.path().to_str().expect("UTF-8");
@@ -95,17 +101,14 @@ fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
     let uvm = nodes.path("nvidia-uvm");
     // The spec injected this node (same path in the container) with last
     // week's major; the policy, written from it, does not allow today's.
-    let specs = tempfile::tempdir().expect("temp dir");
-    let spec = specs.path().join("nvidia.json");
-    fs::write(
-        &spec,
-        format!(
+    let (specs, spec) = spec_dir(
+        "nvidia.json",
+        &format!(
             r#"{{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu","devices":[{{"name":"all","containerEdits":{{"deviceNodes":[{{"path":"{}","major":{},"minor":0}}]}}}}]}}"#,
             uvm.display(),
             major + 1
         ),
-    )
-    .expect("write the spec");
+    );
     let cgroup = scratch_cgroup(&host, "cdi-watch");
     let _policy = ScratchPolicy::attach(
         &cgroup,

@@ -21,6 +21,19 @@ fn verdict_source_line(source: VerdictSource) -> String {
     format!("gpu-trace: verdict source: {}", source.describe())
 }
 
+/// The cgroup_device observer with bpf_get_retval, the hook where fexit is
+/// refused: how start-up names it, and the verdict source it announces.
+const OBSERVER: (&str, VerdictSource) = ("cgroup_device observer at", VerdictSource::BpfRetval);
+
+/// Asserts that start-up's announcement names `active` as the hook in place.
+#[track_caller]
+fn assert_hook_active(stderr: &[String], active: &str) {
+    assert!(
+        says(stderr, "gpu-trace: hook active:", active),
+        "{active} active: {stderr:#?}"
+    );
+}
+
 /// What `watch ARGS` says on stderr until it is ready (then it is stopped).
 fn announcement(args: &[&str]) -> Vec<String> {
     Watcher::start(args).stderr_seen.clone()
@@ -37,12 +50,9 @@ fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
     let (active, source) = if fexit {
         ("fexit devcgroup_check_permission", VerdictSource::Fexit)
     } else {
-        ("cgroup_device observer at", VerdictSource::BpfRetval)
+        OBSERVER
     };
-    assert!(
-        says(&stderr, "gpu-trace: hook active:", active),
-        "{active} active: {stderr:#?}"
-    );
+    assert_hook_active(&stderr, active);
     if !fexit {
         assert!(
             says(&stderr, "gpu-trace: hook refused: fexit", ""),
@@ -148,12 +158,9 @@ fn observer_takes_the_verdict_from_the_errno_where_the_kernel_has_no_bpf_get_ret
     let (active, source) = if retval_refused {
         ("(without bpf_get_retval)", VerdictSource::Errno)
     } else {
-        ("cgroup_device observer at", VerdictSource::BpfRetval)
+        OBSERVER
     };
-    assert!(
-        says(&stderr, "gpu-trace: hook active:", active),
-        "{active}: {stderr:#?}"
-    );
+    assert_hook_active(&stderr, active);
     assert!(stderr.contains(&verdict_source_line(source)), "{stderr:#?}");
 }
 

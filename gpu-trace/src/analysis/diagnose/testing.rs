@@ -5,7 +5,6 @@ use std::rc::Rc;
 
 use crate::{
     analysis::test_support::PROC_DEVICES,
-    host::proc_devices::CharMajors,
     model::{
         denied_by::DeniedBy,
         diagnosis::Diagnosis,
@@ -14,10 +13,12 @@ use crate::{
         rendered::Rendered,
     },
 };
-/// What nearly every cause's tests name, so that with
+/// What the causes' tests name again and again (the record, the diagnoser,
+/// the /proc/devices it reads, the verdict and the cause), so that with
 /// `use crate::analysis::diagnose::testing::*` each imports only its own.
 pub use crate::{
     analysis::{diagnose::Diagnoser, test_support::record},
+    host::proc_devices::CharMajors,
     model::{access::Verdict, diagnosis::Cause},
 };
 

@@ -2,16 +2,8 @@
 //! container's own cgroup (a slice, a parent scope, a user's delegated
 //! tree), and a rule at the container cannot widen it.
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    host::systemd_units::unit_of_cgroup,
-    model::policy_writer::Manager,
-    runtime::{CONTAINER, NODE_PATH},
-    text::shell_word::{command_word, plain_or, prose},
-};
+use super::prelude::*;
+use crate::{host::systemd_units::unit_of_cgroup, model::policy_writer::Manager};
 
 pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     if !facts.denied_by_policy() {

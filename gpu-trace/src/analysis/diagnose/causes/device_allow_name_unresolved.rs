@@ -3,15 +3,10 @@
 //! systemd left that rule out (NVIDIA's driver 550 renamed nvidia-frontend
 //! to nvidia).
 
+use super::prelude::*;
 use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
     host::systemd_units::{char_names, glob_matches, unit_of_cgroup},
     model::policy_writer::Manager,
-    runtime::CONTAINER,
-    text::shell_word::{command_word, plain_or, prose},
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
@@ -71,10 +66,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
 mod tests {
     use std::rc::Rc;
 
-    use crate::{
-        analysis::diagnose::testing::*, host::proc_devices::CharMajors,
-        model::policy_writer::Manager,
-    };
+    use crate::{analysis::diagnose::testing::*, model::policy_writer::Manager};
 
     #[test]
     fn a_device_allow_name_no_driver_has_is_named_with_todays_name() {

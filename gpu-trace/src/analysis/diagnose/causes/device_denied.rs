@@ -1,10 +1,7 @@
 //! `device-denied`: a device policy denied it, and no cause before this
 //! one in the table fits.
 
-use crate::analysis::diagnose::{
-    facts::{Context, Facts},
-    phrasing::Finding,
-};
+use super::prelude::*;
 
 pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     if !facts.denied_by_policy() {

@@ -2,11 +2,9 @@
 //! out when a module loads (nvidia-uvm, caps, nvswitch; AMD's kfd), which
 //! can change after a reboot or driver update.
 
+use super::prelude::*;
 use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::{todays_major, Finding},
-    },
+    analysis::diagnose::phrasing::todays_major,
     model::node::NvidiaNode,
     runtime::{self, allow_device, DeviceToAllow},
 };
@@ -78,10 +76,7 @@ fn kfd(facts: &Facts) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use crate::{
-        analysis::diagnose::testing::*, host::proc_devices::CharMajors,
-        scenario::pasted::assert_paste_safe,
-    };
+    use crate::{analysis::diagnose::testing::*, scenario::pasted::assert_paste_safe};
 
     #[test]
     fn uvm_denied_while_195_allowed_names_the_uvm_major_for_lxc() {

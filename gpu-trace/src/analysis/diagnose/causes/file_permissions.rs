@@ -1,16 +1,8 @@
 //! `file-permissions`: EACCES before the device check, from the node's file
 //! mode or group. Not the device policy.
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        host::NodeGroup,
-        phrasing::Finding,
-    },
-    model::access::Verdict,
-    runtime::NODE_PATH,
-    text::shell_word::{command_word, prose},
-};
+use super::prelude::*;
+use crate::analysis::diagnose::host::NodeGroup;
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     if facts.verdict != Verdict::FailedBeforeDeviceCheck || facts.errno() != Some(libc::EACCES) {

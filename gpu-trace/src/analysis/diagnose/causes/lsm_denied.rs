@@ -1,16 +1,8 @@
 //! `lsm-denied`: the device check allowed it and the open still got
 //! EACCES: SELinux or AppArmor, which check after it.
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    host::security_modules::SecurityModule,
-    model::access::Verdict,
-    runtime::{CONTAINER, NODE_PATH},
-    text::shell_word::{command_word, plain_or, prose},
-};
+use super::prelude::*;
+use crate::host::security_modules::SecurityModule;
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     if facts.verdict != Verdict::DeniedAfterDeviceCheck {

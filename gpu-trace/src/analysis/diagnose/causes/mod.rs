@@ -18,6 +18,7 @@ mod file_permissions;
 mod lsm_denied;
 mod no_cgroups_hook;
 mod node_missing;
+mod prelude;
 mod rules_rewritten;
 mod stacked_programs;
 mod stale_cdi_spec;

@@ -3,14 +3,8 @@
 //! added the GPUs to the container's rules (right for rootless podman, not
 //! for a rootful runtime, which has a program of its own here).
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    runtime,
-    text::shell_word::prose,
-};
+use super::prelude::*;
+use crate::runtime;
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     if !facts.denied_by_policy() {

@@ -1,15 +1,8 @@
 //! `node-missing`: the open failed before the device check and the node is
 //! not there (ENOENT; EACCES is file-permissions', tried before).
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    model::{access::Verdict, node::NvidiaNode},
-    runtime,
-    text::shell_word::prose,
-};
+use super::prelude::*;
+use crate::{model::node::NvidiaNode, runtime};
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     if facts.verdict != Verdict::FailedBeforeDeviceCheck {

@@ -2,14 +2,9 @@
 //! rewritten. Known two ways: the cgroup opened the device earlier in this
 //! trace, or the denying program was written after its first process started.
 
+use super::prelude::*;
 use crate::{
-    analysis::{
-        diagnose::{
-            facts::{Context, Facts},
-            phrasing::Finding,
-        },
-        policy_age::{duration_text, seconds_after_start},
-    },
+    analysis::policy_age::{duration_text, seconds_after_start},
     model::denied_by::DeniedBy,
 };
 
@@ -60,7 +55,6 @@ mod tests {
     use crate::{
         analysis::{diagnose::testing::*, test_support::PROC_DEVICES},
         cgroup::first_process::FirstProcess,
-        host::proc_devices::CharMajors,
         model::{denied_by::DeniedBy, rendered::Rendered},
     };
 

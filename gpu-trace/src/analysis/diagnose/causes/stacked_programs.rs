@@ -2,14 +2,8 @@
 //! denies. Every program on the path must allow an access (crun's program
 //! beside systemd's, a hook that patched only one of them).
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    model::{denied_by::DeniedBy, policy_writer::Manager},
-    text::shell_word::prose,
-};
+use super::prelude::*;
+use crate::model::{denied_by::DeniedBy, policy_writer::Manager};
 
 pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     if !facts.denied_by_policy() {

@@ -1,15 +1,8 @@
 //! `stale-cdi-spec`: the node the process opened was injected from a CDI
 //! spec that no longer matches the host (it predates the driver).
 
-use crate::{
-    analysis::diagnose::{
-        causes::stale_major::stale_node_opened,
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    model::access::Verdict,
-    text::shell_word::prose,
-};
+use super::prelude::*;
+use crate::analysis::diagnose::causes::stale_major::stale_node_opened;
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     // Allowed, only when the node turned out stale (ENXIO).

@@ -2,14 +2,11 @@
 //! /proc/devices: denied when the policy lacks the old major, ENXIO when
 //! it allows it and no driver answers.
 
+use super::prelude::*;
 use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::{todays_major, Finding},
-    },
-    model::{access::Verdict, node::NvidiaNode},
+    analysis::diagnose::phrasing::todays_major,
+    model::node::NvidiaNode,
     runtime::{allow_device, DeviceToAllow},
-    text::shell_word::prose,
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
@@ -74,7 +71,7 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{analysis::diagnose::testing::*, host::proc_devices::CharMajors};
+    use crate::analysis::diagnose::testing::*;
 
     #[test]
     fn node_with_an_old_major_is_stale() {

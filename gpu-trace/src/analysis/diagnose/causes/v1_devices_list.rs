@@ -1,13 +1,7 @@
 //! `v1-devices-list`: the BPF policies allowed it and the open still got
 //! EPERM: cgroup v1's devices controller refused it.
 
-use crate::{
-    analysis::diagnose::{
-        facts::{Context, Facts},
-        phrasing::Finding,
-    },
-    model::access::Verdict,
-};
+use super::prelude::*;
 
 pub(super) fn find(facts: &Facts, _: &Context) -> Option<Finding> {
     if facts.verdict != Verdict::DeniedAfterBpf {

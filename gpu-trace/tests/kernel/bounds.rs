@@ -250,12 +250,10 @@ fn check_reads_hostile_cdi_specs_within_bounds_and_says_what_it_skipped() {
 
 #[test]
 fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((host, programs)) = kernel_test_with_programs(test_name!(), &["mknod_cycle"]) else {
         return;
     };
-    let Some(mknod_cycle) = c_program(test_name!(), "mknod_cycle", &[]) else {
-        return;
-    };
+    let mknod_cycle = &programs[0];
     let incident = Incident::new(&host, "minor-cycle");
     // Another cgroup below the same policy, denied once mid-flood.
     let other = incident.cgroup.path().join("other");
@@ -277,7 +275,7 @@ fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() 
     // its own that repeats every window.
     let scratch = tempfile::tempdir().expect("temp dir");
     let node = scratch.path().join("n");
-    let mut command = Command::new(&mknod_cycle);
+    let mut command = Command::new(mknod_cycle);
     command
         .arg(&node)
         .args([major.as_str(), "2000", &SECONDS.to_string()]);
@@ -315,24 +313,20 @@ fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() 
         "{} records from one cgroup in {windows} windows of budget {PER_CGROUP}",
         tenants.len()
     );
-    let written: u64 = tenants
-        .iter()
-        .map(|e| e["count"].as_u64().expect("count"))
-        .sum();
+    let written = total_count(&tenants);
     assert_eq!(written + count("lost") as u64, refused, "{summary}");
     let _ = fs::remove_dir(&other);
 }
 
 #[test]
 fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothing() {
-    let Some(host) = kernel_test(test_name!()) else {
+    let Some((host, programs)) =
+        kernel_test_with_programs(test_name!(), &["mknod_cycle", "open_paced"])
+    else {
         return;
     };
-    let Some(mknod_cycle) = c_program(test_name!(), "mknod_cycle", &[]) else {
-        return;
-    };
-    let Some(open_paced) = c_program(test_name!(), "open_paced", &[]) else {
-        return;
+    let [mknod_cycle, open_paced] = &programs[..] else {
+        unreachable!("two programs")
     };
     let guest = fexit_expected();
     let incident = Incident::new(&host, "all-at-once");
@@ -357,7 +351,7 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
     let mut watcher = incident.watch(&["--format", "json"]);
     let scratch = tempfile::tempdir().expect("temp dir");
     let major = incident.uvm_major.to_string();
-    let mut cycle = Command::new(&mknod_cycle);
+    let mut cycle = Command::new(mknod_cycle);
     cycle
         .arg(scratch.path().join("n"))
         .args([major.as_str(), "2000", "6"]);
@@ -366,7 +360,7 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
     let above_empty = run_probe_in(Path::new(gpu_trace()), &[&tenant_dir], &uvm).expect("probe");
     assert_eq!(above_empty.results, [libc::EPERM]);
     // The steady stream: 2 000 denials/s for 5 s from another cgroup.
-    let mut stream = Command::new(&open_paced);
+    let mut stream = Command::new(open_paced);
     stream
         .arg(incident.nodes.path("nvidia-uvm"))
         .args(["10000", "2000"]);
@@ -399,10 +393,7 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
         "the stream's first line took {latency:?}"
     );
     assert_eq!(count("lost"), 0, "{summary}");
-    let reported: u64 = events
-        .iter()
-        .map(|e| e["count"].as_u64().expect("count"))
-        .sum();
+    let reported = total_count(&events);
     assert_eq!(
         reported, streamed,
         "every denial of the stream, counted: {summary}"

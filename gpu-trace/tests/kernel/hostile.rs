@@ -107,6 +107,24 @@ fn tenant_test(test: &str, cgroup: &str, unit: &str) -> Option<(Incident, ChildC
     Some((incident, delegated))
 }
 
+/// The tenant in `delegated`: it makes a cgroup named as the victim's
+/// container, moves there, is denied the uvm node once, then does `then`.
+fn as_the_victim(
+    incident: &Incident,
+    delegated: &ChildCgroup,
+    then: &[ProbeOp],
+) -> gpu_trace::scenario::ProbeOutcome {
+    let mut ops = vec![
+        ProbeOp::BecomeUser { uid: TENANT },
+        ProbeOp::EnterNewCgroup {
+            name: format!("docker-{VICTIM_ID}.scope"),
+        },
+        incident.open_rw("nvidia-uvm"),
+    ];
+    ops.extend_from_slice(then);
+    probe(&delegated.0, &ops)
+}
+
 /// The nodes' directory is the test's (0700): let the tenant in.
 fn open_to_tenants(nodes: &DeviceNodes) {
     fs::set_permissions(nodes.dir(), fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -226,18 +244,14 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
         "100",
     ]);
     let fake = format!("docker-{VICTIM_ID}.scope");
-    let child = probe(
-        &delegated.0,
-        &[
-            ProbeOp::BecomeUser { uid: TENANT },
-            ProbeOp::EnterNewCgroup { name: fake.clone() },
-            incident.open_rw("nvidia-uvm"),
-            ProbeOp::OpenUnderNewNames {
-                path: incident.nodes.path("nvidia-uvm"),
-                mode: OpenMode::ReadWrite,
-                count: OPENS,
-            },
-        ],
+    let child = as_the_victim(
+        &incident,
+        &delegated,
+        &[ProbeOp::OpenUnderNewNames {
+            path: incident.nodes.path("nvidia-uvm"),
+            mode: OpenMode::ReadWrite,
+            count: OPENS,
+        }],
     );
     assert_eq!(child.results, [0, 0, libc::EPERM, OPENS as i32]);
     watcher.wait_for_events(child.pid, 20);
@@ -258,10 +272,7 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
     }
     // Bounded: 20 first occurrences, then one summary, whose count makes
     // the sum exact.
-    let sum: u64 = events
-        .iter()
-        .map(|e| e["count"].as_u64().expect("count"))
-        .sum();
+    let sum = total_count(&events);
     assert_eq!(sum, u64::from(OPENS) + 1 - lost as u64, "{summary}");
     // Bounded whatever was lost: 20 first occurrences and one summary at most.
     assert!(events.len() <= 21, "{} records", events.len());
@@ -676,14 +687,7 @@ fn a_tenants_look_alike_is_not_the_victim_once_its_directories_are_gone() {
     let watcher_pid = Pid::from_raw(watcher.child.id() as i32);
     kill(watcher_pid, Signal::SIGSTOP).expect("stop the watcher");
     let fake = format!("docker-{VICTIM_ID}.scope");
-    let child = probe(
-        &delegated.0,
-        &[
-            ProbeOp::BecomeUser { uid: TENANT },
-            ProbeOp::EnterNewCgroup { name: fake.clone() },
-            incident.open_rw("nvidia-uvm"),
-        ],
-    );
+    let child = as_the_victim(&incident, &delegated, &[]);
     assert_eq!(child.results, [0, 0, libc::EPERM]);
     let attacker_path = format!(
         "{}/user@4243.service/{fake}",
@@ -728,10 +732,7 @@ fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
     assert!(status.success(), "{stderr:#?}");
     let (summary, count) = summary_counts(&stderr);
     assert_eq!(count("lost"), 0, "{summary}");
-    let reported: u64 = events
-        .iter()
-        .map(|e| e["count"].as_u64().expect("count"))
-        .sum();
+    let reported = total_count(&events);
     let rewritten = events.iter().filter(|e| e["path_changed"] == true).count();
     eprintln!("flip_open: {denied} denials, {reported} reported, {rewritten} records with the path rewritten");
     assert_eq!(reported, denied, "every denial sent or counted: {summary}");

@@ -663,3 +663,25 @@ pub fn printed_count(program: std::process::Child) -> u64 {
         .parse()
         .expect("a count")
 }
+
+/// The sum of `count` over records: how many problems they stand for.
+pub fn total_count(records: &[Value]) -> u64 {
+    records
+        .iter()
+        .map(|r| r["count"].as_u64().expect("a count"))
+        .sum()
+}
+
+/// The host and the C programs `names` of tests/kernel, or None (said)
+/// where `test` cannot run.
+pub fn kernel_test_with_programs(
+    test: &str,
+    names: &[&str],
+) -> Option<(Host, Vec<std::path::PathBuf>)> {
+    let host = kernel_test(test)?;
+    let programs = names
+        .iter()
+        .map(|name| c_program(test, name, &[]))
+        .collect::<Option<Vec<_>>>()?;
+    Some((host, programs))
+}

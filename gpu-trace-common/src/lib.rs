@@ -67,6 +67,12 @@ pub mod map {
     pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
     /// Problems folded in the kernel: `RepeatKey` to `RepeatCount`.
     pub const REPEATS: &str = "REPEATS";
+    /// First sightings sent per cgroup and fold window: `CgroupWindow` to a count.
+    pub const CGROUP_SENT: &str = "CGROUP_SENT";
+    /// Problems held back past a cgroup's budget: `HeldBackKey` to `HeldBackCount`.
+    pub const HELD_BACK: &str = "HELD_BACK";
+    /// Events lost to a full ring buffer, by cgroup id.
+    pub const LOST_BY_CGROUP: &str = "LOST_BY_CGROUP";
 }
 
 /// Where the cgroup:cgroup_mkdir record keeps its fields (the same on every
@@ -391,6 +397,52 @@ pub struct RepeatCount {
 /// Keys the kernel folds at once; past it, problems are sent unfolded.
 pub const REPEATS_CAPACITY: u32 = 16384;
 
+/// One cgroup in one fold window (`RepeatKey::window`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CgroupWindow {
+    pub cgroup_id: u64,
+    pub window: u64,
+}
+
+/// First sightings one cgroup sends per fold window. Past them, its new
+/// problems are counted per (cgroup, major, access) instead of sent: one
+/// tenant cannot fill the fold table or the ring buffer for the others.
+/// Above watch's own default per cgroup (50), which then decides.
+pub const KERNEL_BUDGET_PER_CGROUP: u64 = 64;
+/// Cgroups whose sightings are counted per window (LRU: an evicted one only
+/// gets a fresh budget).
+pub const CGROUP_SENT_CAPACITY: u32 = 16384;
+
+/// Problems a cgroup had past its budget in one window, by device major
+/// and access.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HeldBackKey {
+    pub cgroup_id: u64,
+    pub window: u64,
+    pub major: u32,
+    pub access: u16,
+    pub dev_type: u16,
+}
+
+/// How many were held back, and the latest of them as it would have been
+/// sent (without its path).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeldBackCount {
+    /// Counted atomically, by every CPU; userspace takes differences.
+    pub count: u64,
+    pub latest: EventHead,
+    pub latest_comm: [u8; COMM_LEN],
+}
+
+/// Held-back keys at once; past it, a problem held back is counted lost
+/// (for its cgroup).
+pub const HELD_BACK_CAPACITY: u32 = 4096;
+/// Cgroups whose lost events are counted apart (LRU).
+pub const LOST_BY_CGROUP_CAPACITY: u32 = 4096;
+
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain-old-data, every bit pattern is valid.
@@ -401,4 +453,10 @@ mod user {
     unsafe impl aya::Pod for super::RepeatKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::RepeatCount {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::CgroupWindow {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::HeldBackKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::HeldBackCount {}
 }

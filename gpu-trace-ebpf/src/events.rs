@@ -21,11 +21,11 @@ pub fn send(mut head: EventHead, path: u64) {
     // SAFETY: a buffer of COMM_LEN bytes on our stack; the helper zeroes it
     // when it fails.
     unsafe { bpf_get_current_comm(comm.as_mut_ptr().cast(), COMM_LEN as u32) };
-    if fold::counted_as_repeat(&head, &comm) {
+    if fold::counted_as_repeat(&head, &comm) || fold::held_back(&head, &comm) {
         return;
     }
     let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
-        count_lost_event();
+        count_lost_event(head.cgroup_id);
         return;
     };
     let event = entry.as_mut_ptr();

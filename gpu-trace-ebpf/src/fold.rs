@@ -8,16 +8,24 @@
 //! events and the counted repeats is exactly what happened. A key is made
 //! only once its first event is in the ring buffer, so a repeat is never
 //! counted for a first that was lost.
+//!
+//! Each cgroup sends at most KERNEL_BUDGET_PER_CGROUP first sightings per
+//! window; past them its new problems are held back: counted in HELD_BACK
+//! per (cgroup, major, access), never sent. A tenant cycling through minors
+//! or command names then fills neither the fold table nor the ring buffer
+//! that every other cgroup's problems go through.
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
-use gpu_trace_common::{EventHead, RepeatCount, RepeatKey, COMM_LEN};
+use gpu_trace_common::{
+    CgroupWindow, EventHead, HeldBackCount, HeldBackKey, RepeatCount, RepeatKey, COMM_LEN,
+    KERNEL_BUDGET_PER_CGROUP,
+};
 
-use crate::maps::{FOLD_WINDOW_NS, REPEATS};
-
-/// BPF_NOEXIST: insert only if the key is new (another CPU may have made it).
-const NOEXIST: u64 = 1;
+use crate::maps::{
+    add_one, count_lost_event, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK, NOEXIST, REPEATS,
+};
 
 /// The key to fold `head` under, if it is a problem and folding is on.
 #[inline(always)]
@@ -58,4 +66,46 @@ pub fn sent(head: &EventHead, comm: &[u8; COMM_LEN]) {
     if let Some(key) = key(head, comm) {
         let _ = REPEATS.insert(&key, &RepeatCount::default(), NOEXIST);
     }
+}
+
+/// True when this problem, a first sighting, is past its cgroup's budget
+/// for the window: it is counted in HELD_BACK (or, with that table full, as
+/// lost for its cgroup) and must not be sent.
+#[inline(always)]
+pub fn held_back(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
+    let window = FOLD_WINDOW_NS.load();
+    if window == 0 || !RepeatKey::is_problem(head) {
+        return false;
+    }
+    let window = head.boot_ns / window;
+    let sent = CgroupWindow {
+        cgroup_id: head.cgroup_id,
+        window,
+    };
+    // A table that cannot count it leaves it to be sent, as before.
+    if add_one(&CGROUP_SENT, &sent).is_none_or(|after| after <= KERNEL_BUDGET_PER_CGROUP) {
+        return false;
+    }
+    let key = HeldBackKey {
+        cgroup_id: head.cgroup_id,
+        window,
+        major: head.major,
+        access: head.access,
+        dev_type: head.dev_type,
+    };
+    if HELD_BACK.get_ptr_mut(&key).is_none() {
+        let _ = HELD_BACK.insert(&key, &HeldBackCount::default(), NOEXIST);
+    }
+    let Some(held) = HELD_BACK.get_ptr_mut(&key) else {
+        count_lost_event(head.cgroup_id);
+        return true;
+    };
+    // SAFETY: a map value, alive until this program returns; the count
+    // goes up atomically, the rest is "the latest" (see counted_as_repeat).
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*held).count, 1);
+        (*held).latest = *head;
+        (*held).latest_comm = *comm;
+    }
+    true
 }

@@ -7,10 +7,11 @@ use aya_ebpf::{
     Global,
 };
 use gpu_trace_common::{
-    CgroupPath, LastDeviceCheck, OpenInFlight, RepeatCount, RepeatKey, CGROUP_PATHS_CAPACITY,
-    DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, IN_FLIGHT_CAPACITY,
-    LAST_DEVICE_CHECK_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER, MAJOR_WATCHED,
-    OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
+    CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck, OpenInFlight,
+    RepeatCount, RepeatKey, CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR,
+    EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY,
+    LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER,
+    MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -35,6 +36,22 @@ pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
 #[map]
 pub static REPEATS: HashMap<RepeatKey, RepeatCount> =
     HashMap::with_max_entries(REPEATS_CAPACITY, 0);
+
+/// First sightings sent per cgroup and fold window (see fold.rs).
+#[map]
+pub static CGROUP_SENT: LruHashMap<CgroupWindow, u64> =
+    LruHashMap::with_max_entries(CGROUP_SENT_CAPACITY, 0);
+
+/// Problems held back past a cgroup's budget (see fold.rs). Not LRU, as
+/// REPEATS: an evicted key would take its uncollected count with it.
+#[map]
+pub static HELD_BACK: HashMap<HeldBackKey, HeldBackCount> =
+    HashMap::with_max_entries(HELD_BACK_CAPACITY, 0);
+
+/// Events lost to a full ring buffer, by cgroup id: whose they were.
+#[map]
+pub static LOST_BY_CGROUP: LruHashMap<u64, u64> =
+    LruHashMap::with_max_entries(LOST_BY_CGROUP_CAPACITY, 0);
 
 /// Which open route is attached (`OPEN_CALLS_*`), set by userspace.
 #[map]
@@ -143,9 +160,41 @@ pub fn current_is_followed() -> bool {
     unsafe { FOLLOWED.get(tgid).is_some() }
 }
 
-pub fn count_lost_event() {
+/// One event of `cgroup_id` that could not be handed over.
+pub fn count_lost_event(cgroup_id: u64) {
     if let Some(counter) = LOST_EVENTS.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, no other writer while this program runs on this CPU.
         unsafe { *counter += 1 };
     }
+    add_one(&LOST_BY_CGROUP, &cgroup_id);
 }
+
+/// Adds one to `map[key]`, making it at 0 first: atomically, as programs
+/// on other CPUs count the same key. The count after, as read just after
+/// (the kernels of 5.10 have no fetching add, so two CPUs adding at once
+/// may both read the second's); None when the key could not be made.
+#[inline(always)]
+pub fn add_one<K>(map: &LruHashMap<K, u64>, key: &K) -> Option<u64> {
+    let mut counter = map.get_ptr_mut(key);
+    if counter.is_none() {
+        // On the stack, written there: a promoted constant 0 may share its
+        // bytes in .rodata with a load-time global the loader then patches
+        // (it became the fold window, 10^9).
+        let mut zero = 0u64;
+        // SAFETY: a write to our own stack slot.
+        unsafe { core::ptr::write_volatile(&mut zero, 0) };
+        let _ = map.insert(key, &zero, NOEXIST);
+        counter = map.get_ptr_mut(key);
+    }
+    let counter = counter?;
+    // SAFETY: a map value, alive until this program returns.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            counter, 1,
+        );
+        Some(*counter)
+    }
+}
+
+/// BPF_NOEXIST: insert only if the key is new (another CPU may have made it).
+pub const NOEXIST: u64 = 1;

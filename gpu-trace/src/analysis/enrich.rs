@@ -106,6 +106,11 @@ impl Enricher {
         first
     }
 
+    /// The path of cgroup `id`, where it can be named.
+    pub fn cgroup_path(&mut self, id: u64) -> Option<PathBuf> {
+        self.cgroups.resolve(id).map(PathBuf::from)
+    }
+
     /// Whether cgroup `id` still exists, as far as the last walk knows.
     pub fn knows_cgroup(&self, id: u64) -> bool {
         self.cgroups.knows(id)

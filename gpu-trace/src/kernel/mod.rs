@@ -7,6 +7,7 @@ pub mod bpf_sys;
 pub mod cgroups_made;
 pub mod detach_after_exit;
 pub mod device_hook;
+pub mod held_back;
 pub mod lazy_btf;
 pub mod open_route;
 pub mod own_programs;

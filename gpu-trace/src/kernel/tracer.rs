@@ -19,6 +19,7 @@ use crate::{
         attach::{attach_tracepoint, Hook},
         cgroups_made::CgroupsMade,
         device_hook::{DeviceHook, HookChoice, Loaded},
+        held_back::HeldBack,
         lazy_btf::LazyBtf,
         open_route::{self, OpenRoute, OpensChoice},
         repeats::KernelRepeats,
@@ -70,6 +71,7 @@ pub struct Tracer {
     cgroup_paths: Option<HashMap<MapData, u64, CgroupPath>>,
     lost_events: PerCpuArray<MapData, u64>,
     repeats: Option<KernelRepeats>,
+    held_back: Option<HeldBack>,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
     open_route: OpenRoute,
@@ -149,11 +151,16 @@ impl Tracer {
         unsafe { libc::malloc_trim(0) };
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
         let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
-        let repeats = if config.fold_window.is_zero() {
-            None
+        let (repeats, held_back) = if config.fold_window.is_zero() {
+            (None, None)
         } else {
             let map = HashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
-            Some(KernelRepeats::new(map, config.fold_window))
+            let held = HashMap::try_from(take_map(&mut ebpf, map::HELD_BACK)?)?;
+            let lost = HashMap::try_from(take_map(&mut ebpf, map::LOST_BY_CGROUP)?)?;
+            (
+                Some(KernelRepeats::new(map, config.fold_window)),
+                Some(HeldBack::new(held, lost, config.fold_window)),
+            )
         };
         Ok(Self {
             _ebpf: ebpf,
@@ -163,6 +170,7 @@ impl Tracer {
             cgroup_paths,
             lost_events,
             repeats,
+            held_back,
             hooks,
             verdict_source: device_hook.verdict_source(),
             open_route: opens.route,
@@ -305,6 +313,24 @@ impl Tracer {
         self.repeats
             .as_mut()
             .map(|repeats| repeats.collect(verdict_source))
+            .unwrap_or_default()
+    }
+
+    /// The problems the kernel held back past their cgroup's budget since
+    /// the last call (none without a fold window).
+    pub fn collect_held_back(&mut self) -> Vec<(DeviceAccess, u64)> {
+        let verdict_source = self.verdict_source;
+        self.held_back
+            .as_mut()
+            .map(|held| held.collect(verdict_source))
+            .unwrap_or_default()
+    }
+
+    /// Events lost since the last call, by cgroup id (with a fold window).
+    pub fn lost_by_cgroup(&mut self) -> Vec<(u64, u64)> {
+        self.held_back
+            .as_mut()
+            .map(HeldBack::lost_by_cgroup)
             .unwrap_or_default()
     }
 

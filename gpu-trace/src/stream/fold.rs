@@ -137,6 +137,8 @@ pub struct Folder {
     budget_window: Instant,
     spent_total: u32,
     spent_by_cgroup: FxHashMap<u64, u32>,
+    /// Cgroups given their first record past the spent total.
+    newcomers_past_total: u32,
     summaries: FxHashMap<u64, Summary>,
     /// Problems of cgroups beyond the cap on summaries: one record for all,
     /// and which cgroups it holds (counted up to `MAX_COUNTED_CGROUPS`).
@@ -149,6 +151,8 @@ pub struct Folder {
 const MAX_PENDING: usize = 65_536;
 const MAX_SUMMARIES: usize = 1_024;
 const MAX_COUNTED_CGROUPS: usize = 65_536;
+/// Cgroups per window whose first record is written past the total budget.
+const NEWCOMERS_PAST_TOTAL: u32 = 100;
 /// Windows a problem stays folded, repeating or not.
 const KEY_LIFETIME_WINDOWS: u32 = 10;
 
@@ -162,6 +166,7 @@ impl Folder {
             budget_window: Instant::now(),
             spent_total: 0,
             spent_by_cgroup: FxHashMap::default(),
+            newcomers_past_total: 0,
             summaries: FxHashMap::default(),
             overflow: None,
             overflow_cgroups: FxHashSet::default(),
@@ -215,16 +220,34 @@ impl Folder {
     }
 
     /// Takes one record from the window's budget, if it has one left for
-    /// `cgroup_id`.
+    /// `cgroup_id`. A cgroup's first record of the window may go past the
+    /// total (up to NEWCOMERS_PAST_TOTAL of them): cgroups that spent theirs
+    /// first must not leave another's new problem without a line.
     fn spend(&mut self, cgroup_id: u64) -> bool {
         let spent = self.spent_by_cgroup.get(&cgroup_id).copied().unwrap_or(0);
-        let within = Budget::allows(self.budget.total, self.spent_total)
-            && Budget::allows(self.budget.per_cgroup, spent);
+        let newcomer = spent == 0 && self.newcomers_past_total < NEWCOMERS_PAST_TOTAL;
+        let total_left = Budget::allows(self.budget.total, self.spent_total);
+        let within = (total_left || newcomer) && Budget::allows(self.budget.per_cgroup, spent);
         if within {
+            if !total_left {
+                self.newcomers_past_total += 1;
+            }
             self.spent_total += 1;
             self.spent_by_cgroup.insert(cgroup_id, spent + 1);
         }
         within
+    }
+
+    /// Takes what the kernel held back past a cgroup's budget (`record.count`
+    /// of them, the latest one's details, no path): that cgroup's summary.
+    pub fn admit_held_back(&mut self, mut record: Record) -> Option<Record> {
+        if self.window.is_zero() {
+            return Some(record);
+        }
+        record.first_seen = record.time;
+        record.last_seen = record.time;
+        self.summarize(record);
+        None
     }
 
     fn summarize(&mut self, record: Record) {
@@ -279,6 +302,7 @@ impl Folder {
         if everything || self.budget_window.elapsed() >= window {
             self.budget_window = Instant::now();
             self.spent_total = 0;
+            self.newcomers_past_total = 0;
             // Fresh tables: a flood's high-water mark is not kept.
             self.spent_by_cgroup = FxHashMap::default();
             out.extend(self.summaries.drain().map(|(_, s)| s.into_record()));
@@ -504,8 +528,12 @@ mod tests {
             r.access.cgroup_id = cgroup;
             out.extend(folder.admit(r));
         }
+        // The first within the total, then NEWCOMERS_PAST_TOTAL more, each
+        // a cgroup's first of the window.
+        let newcomers = NEWCOMERS_PAST_TOTAL as usize;
+        assert_eq!(out.len(), 1 + newcomers);
         out.extend(folder.due(true));
-        assert_eq!(written(&out), (cgroups, 1 + MAX_SUMMARIES + 1));
+        assert_eq!(written(&out), (cgroups, 1 + newcomers + MAX_SUMMARIES + 1));
         let last = out
             .iter()
             .map(|r| r.kind)
@@ -513,9 +541,27 @@ mod tests {
         assert_eq!(
             last,
             Some(RecordKind::Summary {
-                cgroups: cgroups - 1 - MAX_SUMMARIES as u64
+                cgroups: cgroups - 1 - (newcomers + MAX_SUMMARIES) as u64
             })
         );
+    }
+
+    #[test]
+    fn a_cgroups_first_record_gets_a_line_when_others_spent_the_total() {
+        let mut folder = budgeted(Duration::from_secs(3600), 50, 100);
+        // Two cgroups spend the whole total.
+        for cgroup in [1, 2] {
+            for n in 0..60u32 {
+                let mut r = denial(format!("c{n}").as_bytes(), 1);
+                r.access.cgroup_id = cgroup;
+                let _ = folder.admit(r);
+            }
+        }
+        let mut newcomer = denial(b"victim", 2);
+        newcomer.access.cgroup_id = 3;
+        assert!(folder.admit(newcomer.clone()).is_some(), "its own line");
+        newcomer.access.comm = b"second".to_vec();
+        assert!(folder.admit(newcomer).is_none(), "one past the total only");
     }
 
     #[test]

@@ -10,9 +10,10 @@ use crate::{
         filter::Filter,
         fold::Folder,
         metrics::Metrics,
-        session::{Output, Session},
+        session::{Counted, Output, Session},
         sink::Sink,
     },
+    text::terminal::printable,
 };
 
 /// Counts for the closing summary.
@@ -53,10 +54,10 @@ impl LogOutput<'_> {
 }
 
 impl Output for LogOutput<'_> {
-    fn record(&mut self, record: Record, kernel_repeats: Option<u64>) {
+    fn record(&mut self, record: Record, counted: Counted) {
         let count = record.count;
         self.tally.events += count;
-        self.tally.folded_in_kernel += kernel_repeats.unwrap_or(0);
+        self.tally.folded_in_kernel += counted.in_kernel();
         if record.access.verdict.is_denied() {
             self.tally.denied += count;
         }
@@ -66,9 +67,10 @@ impl Output for LogOutput<'_> {
         if !self.filter.accepts(&record) {
             return;
         }
-        let admitted = match kernel_repeats {
-            None => self.folder.admit(record),
-            Some(_) => self.folder.admit_repeats(record),
+        let admitted = match counted {
+            Counted::Sent => self.folder.admit(record),
+            Counted::Repeats(_) => self.folder.admit_repeats(record),
+            Counted::HeldBack(_) => self.folder.admit_held_back(record),
         };
         if let Some(record) = admitted {
             self.write(&record);
@@ -86,6 +88,16 @@ impl Output for LogOutput<'_> {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(0),
             other => Ok(other?),
         }
+    }
+
+    /// Said on stderr, where an operator looks for trouble; a tenant's
+    /// path is escaped like every name.
+    fn lost(&mut self, cgroup_id: u64, cgroup: Option<&std::path::Path>, count: u64) {
+        let name = cgroup.map_or_else(
+            || format!("id {cgroup_id}"),
+            |path| printable(path.as_os_str().as_encoded_bytes()),
+        );
+        eprintln!("gpu-trace: lost {count} events of cgroup {name}: the ring buffer was full");
     }
 
     /// Folds whose window closed are written; what was kept for cgroups

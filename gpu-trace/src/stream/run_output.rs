@@ -9,7 +9,10 @@ use crate::{
         output::{write_record, Format},
         run_report::Report,
     },
-    stream::{filter::vendor_shown, session::Output},
+    stream::{
+        filter::vendor_shown,
+        session::{Counted, Output},
+    },
 };
 
 pub struct RunOutput<'a> {
@@ -34,7 +37,7 @@ impl<'a> RunOutput<'a> {
 }
 
 impl Output for RunOutput<'_> {
-    fn record(&mut self, record: Record, _kernel_repeats: Option<u64>) {
+    fn record(&mut self, record: Record, _counted: Counted) {
         if !record.access.verdict.is_problem() || !vendor_shown(self.vendors, &record) {
             return;
         }

@@ -37,25 +37,60 @@ impl Session {
     pub fn drain(&mut self, limit: usize, output: &mut impl Output) -> usize {
         let pipeline = &mut self.pipeline;
         self.tracer.drain(limit, |access| {
-            output.record(pipeline.process(access), None)
+            output.record(pipeline.process(access), Counted::Sent)
         })
     }
 
-    /// The repeats the kernel counted, each one record with its count.
+    /// What the kernel counted rather than sent, each one record with its
+    /// count: repeats, and problems held back past their cgroup's budget;
+    /// then the events lost, by cgroup.
     pub fn admit_repeats(&mut self, output: &mut impl Output) {
         for (access, count) in self.tracer.collect_repeats() {
             let mut record = self.pipeline.process(access);
             record.count = count;
-            output.record(record, Some(count));
+            output.record(record, Counted::Repeats(count));
+        }
+        for (access, count) in self.tracer.collect_held_back() {
+            let mut record = self.pipeline.process(access);
+            record.count = count;
+            output.record(record, Counted::HeldBack(count));
+        }
+        for (cgroup_id, lost) in self.tracer.lost_by_cgroup() {
+            let cgroup = self.pipeline.enricher.cgroup_path(cgroup_id);
+            output.lost(cgroup_id, cgroup.as_deref(), lost);
+        }
+    }
+}
+
+/// How a record reached userspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// Sent through the ring buffer.
+    Sent,
+    /// This many repeats of a problem sent before, counted in the kernel.
+    Repeats(u64),
+    /// This many problems past their cgroup's budget, counted in the kernel.
+    HeldBack(u64),
+}
+
+impl Counted {
+    /// How many the kernel counted rather than sent.
+    pub fn in_kernel(self) -> u64 {
+        match self {
+            Counted::Sent => 0,
+            Counted::Repeats(n) | Counted::HeldBack(n) => n,
         }
     }
 }
 
 /// Where the records of an event loop go.
 pub trait Output {
-    /// One record from the pipeline; `kernel_repeats` when it stands for
-    /// repeats the kernel counted rather than sent (its `count`).
-    fn record(&mut self, record: crate::model::record::Record, kernel_repeats: Option<u64>);
+    /// One record from the pipeline, and how it came.
+    fn record(&mut self, record: crate::model::record::Record, counted: Counted);
+
+    /// `count` events of cgroup `cgroup_id` (at `cgroup`, where it can be
+    /// named) were lost to a full ring buffer.
+    fn lost(&mut self, _cgroup_id: u64, _cgroup: Option<&std::path::Path>, _count: u64) {}
 
     /// After each drain: write out what was buffered.
     fn flush(&mut self) -> anyhow::Result<()> {

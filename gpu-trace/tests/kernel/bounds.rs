@@ -404,3 +404,58 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
         let _ = fs::remove_dir(dir);
     }
 }
+
+#[test]
+fn ten_tenants_cycling_minors_leave_the_ring_and_the_fold_table_to_an_eleventh() {
+    let Some((host, programs)) = kernel_test_with_programs(test_name!(), &["mknod_cycle"]) else {
+        return;
+    };
+    let mknod_cycle = &programs[0];
+    let incident = Incident::new(&host, "ten-tenants");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let major = incident.uvm_major.to_string();
+    let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
+    // Ten cgroups below the policy, each cycling 2 000 minors of the
+    // denied major: 20 000 problems a window, more than the kernel folds.
+    let tenants: Vec<(PathBuf, std::process::Child)> = (0..10)
+        .map(|n| {
+            let dir = incident.cgroup.path().join(format!("tenant{n}"));
+            fs::create_dir(&dir).expect("make a tenant's cgroup");
+            let mut cycle = Command::new(mknod_cycle);
+            cycle
+                .arg(scratch.path().join(format!("n{n}")))
+                .args([major.as_str(), "2000", "5"]);
+            let child = start_in_cgroup(&dir, cycle);
+            (dir, child)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    // The eleventh: one new denial, mid-flood.
+    let eleventh = incident.cgroup.path().join("eleventh");
+    fs::create_dir(&eleventh).expect("make the eleventh cgroup");
+    let uvm = [incident.open_rw("nvidia-uvm")];
+    let victim = run_probe_in(Path::new(gpu_trace()), &[&eleventh], &uvm).expect("probe");
+    assert_eq!(victim.results, [libc::EPERM]);
+    let victim_events = watcher.wait_for_events(victim.pid, 1);
+    let refused: u64 = tenants
+        .into_iter()
+        .map(|(_, child)| printed_count(child))
+        .sum();
+    std::thread::sleep(Duration::from_millis(3_500)); // the last windows' counts
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+    let (summary, count) = summary_counts(&stderr);
+    eprintln!("ten tenants: {refused} refused mknods; {summary}");
+    assert_eq!(victim_events.len(), 1, "the eleventh's line: {summary}");
+    assert_eq!(victim_events[0]["kind"], "event", "{:#}", victim_events[0]);
+    assert_eq!(count("lost"), 0, "{summary}");
+    assert_eq!(
+        count("denied") as u64,
+        refused + 1,
+        "every denial counted: {summary}"
+    );
+    for n in 0..10 {
+        let _ = fs::remove_dir(incident.cgroup.path().join(format!("tenant{n}")));
+    }
+    let _ = fs::remove_dir(&eleventh);
+}

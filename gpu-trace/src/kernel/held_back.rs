@@ -1,0 +1,90 @@
+//! What the kernel held back past a cgroup's budget (gpu-trace-ebpf's
+//! fold.rs): read every second like the repeats, each key's new count
+//! handed on as one access with a count; and the events lost to a full ring
+//! buffer, by cgroup.
+
+use std::time::Duration;
+
+use aya::maps::{HashMap, MapData};
+use gpu_trace_common::{DeviceAccessEvent, HeldBackCount, HeldBackKey, PATH_LEN};
+use rustc_hash::FxHashMap;
+
+use crate::{
+    host::clock::since_boot,
+    model::access::{DeviceAccess, VerdictSource},
+};
+
+pub struct HeldBack {
+    map: HashMap<MapData, HeldBackKey, HeldBackCount>,
+    /// Counts already handed on, by key.
+    handed_on: FxHashMap<HeldBackKey, u64>,
+    lost: HashMap<MapData, u64, u64>,
+    /// Lost events already reported, by cgroup id.
+    lost_reported: FxHashMap<u64, u64>,
+    window: Duration,
+}
+
+impl HeldBack {
+    pub fn new(
+        map: HashMap<MapData, HeldBackKey, HeldBackCount>,
+        lost: HashMap<MapData, u64, u64>,
+        window: Duration,
+    ) -> Self {
+        Self {
+            map,
+            handed_on: FxHashMap::default(),
+            lost,
+            lost_reported: FxHashMap::default(),
+            window,
+        }
+    }
+
+    /// Each key's problems held back since the last call, as (the latest
+    /// of them, without its path, and how many). A key over for a whole
+    /// window gets no more: its last count is taken and the key removed.
+    pub fn collect(&mut self, verdict_from: VerdictSource) -> Vec<(DeviceAccess, u64)> {
+        let current = since_boot().as_nanos() as u64 / self.window.as_nanos().max(1) as u64;
+        let keys: Vec<HeldBackKey> = self.map.keys().filter_map(Result::ok).collect();
+        let mut out = Vec::new();
+        for key in &keys {
+            let Ok(held) = self.map.get(key, 0) else {
+                continue;
+            };
+            let handed = self.handed_on.get(key).copied().unwrap_or(0);
+            if held.count > handed {
+                let event = DeviceAccessEvent {
+                    head: held.latest,
+                    comm: held.latest_comm,
+                    path: [0; PATH_LEN],
+                };
+                out.push((
+                    DeviceAccess::decode(&event, verdict_from),
+                    held.count - handed,
+                ));
+            }
+            if key.window + 2 <= current && self.map.remove(key).is_ok() {
+                self.handed_on.remove(key);
+            } else {
+                self.handed_on.insert(*key, held.count);
+            }
+        }
+        out
+    }
+
+    /// Events lost to a full ring buffer since the last call, by cgroup id.
+    pub fn lost_by_cgroup(&mut self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for (cgroup_id, lost) in self.lost.iter().filter_map(Result::ok) {
+            let reported = self.lost_reported.entry(cgroup_id).or_insert(0);
+            if lost > *reported {
+                out.push((cgroup_id, lost - *reported));
+                *reported = lost;
+            }
+        }
+        // The kernel's table is LRU: what it forgot, forget too.
+        if self.lost_reported.len() > 2 * gpu_trace_common::LOST_BY_CGROUP_CAPACITY as usize {
+            self.lost_reported.clear();
+        }
+        out
+    }
+}

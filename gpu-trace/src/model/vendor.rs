@@ -12,7 +12,7 @@ pub const DRM_MAJOR: u32 = 226;
 /// The accel subsystem's fixed char major: /dev/accel/accel*.
 pub const ACCEL_MAJOR: u32 = 261;
 /// First minor of DRM's render nodes.
-const DRM_RENDER_MINOR: u32 = 128;
+pub const DRM_RENDER_MINOR: u32 = 128;
 
 /// Drivers with a dynamic major that accelerators' compute stacks open:
 /// AMD's kfd (ROCm) and Habana's legacy driver.

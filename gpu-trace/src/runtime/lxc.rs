@@ -6,7 +6,7 @@ use std::fs;
 use crate::{
     model::{
         container::{Container, Runtime},
-        vendor::DRM_MAJOR,
+        vendor::{DRM_MAJOR, DRM_RENDER_MINOR},
     },
     runtime::{ContainerRuntime, DeviceToAllow, NameSources, PathStep, CONTAINER, NODE_PATH},
     text::shell_word::{command_word, plain_or},
@@ -87,7 +87,7 @@ impl ContainerRuntime for Lxc {
         fix.insert(
             fix.len().saturating_sub(1),
             format!(
-                "and for the render nodes: `lxc.cgroup2.devices.allow: c {DRM_MAJOR}:* rwm` with `lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir`"
+                "and the render node of each GPU it should use, for the first: `lxc.cgroup2.devices.allow: c {DRM_MAJOR}:{DRM_RENDER_MINOR} rwm` with `lxc.mount.entry: /dev/dri/renderD{DRM_RENDER_MINOR} dev/dri/renderD{DRM_RENDER_MINOR} none bind,optional,create=file` (all of major {DRM_MAJOR} would be every GPU)"
             ),
         );
         fix

@@ -1061,10 +1061,10 @@ fn a_docker_container_denied_the_real_kfd_is_amds() {
     assert_eq!(event["vendor"], "amd", "{event:#}");
     assert_eq!(event["role"], "compute", "{event:#}");
     assert_eq!(event["cause"], "dynamic-major-not-allowed", "{event:#}");
-    assert!(
-        fix_text(event).contains("`--device /dev/kfd --device /dev/dri`"),
-        "{event:#}"
-    );
+    let fix = fix_text(event);
+    assert!(fix.contains("`--device /dev/kfd`"), "{event:#}");
+    assert!(fix.contains("`--device /dev/dri/renderD128`"), "{event:#}");
+    assert!(!fix.contains("`--device /dev/dri`"), "every GPU: {event:#}");
     // Passed as a device, it opens: the stand-in's open succeeds.
     let _passed = opens_when_passed(&lab, "gt-lab-rocm-passed", "/dev/kfd");
     watcher.stop_cleanly();

@@ -51,7 +51,8 @@ fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
 }
 
 /// ROCm's /dev/kfd denied: like nvidia-uvm, its major is handed out when
-/// amdgpu loads. ROCm needs the render nodes (/dev/dri) as well.
+/// amdgpu loads. ROCm needs a render node as well: the fix names the first
+/// GPU's, never all of /dev/dri.
 fn kfd(facts: &Facts) -> Finding {
     let major = facts.major;
     let container = facts.container();
@@ -124,14 +125,15 @@ mod tests {
             "kfd's major 511 (AMD's ROCm compute node)",
         );
         assert_has(&diag.hint, "lxc.cgroup2.devices.allow: c 511:* rwm");
-        assert_has(&diag.hint, "c 226:* rwm");
+        assert_has(&diag.hint, "c 226:128 rwm");
+        assert!(!diag.hint.contains("c 226:* rwm`"), "{}", diag.hint);
         let mut r = denied(DOCKER_SCOPE, "/dev/kfd", 511, 0);
         r.node = None;
         r.driver = Some("kfd".into());
-        assert_has(
-            &diagnosis_of(&r).hint,
-            "`--device /dev/kfd --device /dev/dri`",
-        );
+        let hint = diagnosis_of(&r).hint.clone();
+        assert_has(&hint, "`--device /dev/kfd`");
+        assert_has(&hint, "`--device /dev/dri/renderD128`");
+        assert!(!hint.contains("`--device /dev/dri`"), "{hint}");
     }
 
     #[test]

@@ -203,6 +203,27 @@ pub struct DeviceAccessEvent {
     pub path: [u8; PATH_LEN],
 }
 
+/// A device as a device hook saw it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceFields {
+    pub major: u32,
+    pub minor: u32,
+    /// `ACCESS_*` bits requested.
+    pub access: u16,
+    /// `DEV_TYPE_*`.
+    pub dev_type: u16,
+}
+
+impl DeviceFields {
+    pub const NONE: Self = Self {
+        major: 0,
+        minor: 0,
+        access: 0,
+        dev_type: 0,
+    };
+}
+
 /// The fixed-size fields of an event, written in one go.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -215,12 +236,7 @@ pub struct EventHead {
     pub pid: u32,
     pub tid: u32,
     pub uid: u32,
-    pub major: u32,
-    pub minor: u32,
-    /// `ACCESS_*` bits requested.
-    pub access: u16,
-    /// `DEV_TYPE_*`.
-    pub dev_type: u16,
+    pub device: DeviceFields,
     /// The device hook's verdict, 0 allowed or a negative errno: the BPF
     /// policies' (observer, `bpf_get_retval`) or the kernel's final one
     /// (fexit). Always 0 from the errno observer, which cannot see it.
@@ -250,10 +266,7 @@ pub struct OpenInFlight {
     pub boot_ns: u64,
     pub cgroup_id: u64,
     pub uid: u32,
-    pub major: u32,
-    pub minor: u32,
-    pub access: u16,
-    pub dev_type: u16,
+    pub device: DeviceFields,
     pub hook_verdict: i32,
     /// `SYSCALL_*` of the call in flight.
     pub syscall: u16,
@@ -280,10 +293,7 @@ impl OpenInFlight {
             boot_ns,
             cgroup_id: 0,
             uid: 0,
-            major: 0,
-            minor: 0,
-            access: 0,
-            dev_type: 0,
+            device: DeviceFields::NONE,
             hook_verdict: 0,
             syscall,
             seen: 0,
@@ -304,10 +314,7 @@ pub struct LastDeviceCheck {
     pub boot_ns: u64,
     pub cgroup_id: u64,
     pub uid: u32,
-    pub major: u32,
-    pub minor: u32,
-    pub access: u16,
-    pub dev_type: u16,
+    pub device: DeviceFields,
 }
 
 const _: () = assert!(core::mem::size_of::<LastDeviceCheck>() == 32);
@@ -338,10 +345,7 @@ pub const SEEN_WATCHED: u16 = 2;
 pub struct RepeatKey {
     pub cgroup_id: u64,
     pub window: u64,
-    pub major: u32,
-    pub minor: u32,
-    pub access: u16,
-    pub dev_type: u16,
+    pub device: DeviceFields,
     /// `FLAG_*` of the first event, but FLAG_PATH_TRUNCATED.
     pub flags: u16,
     pub _pad: u16,
@@ -360,10 +364,7 @@ impl RepeatKey {
         RepeatKey {
             cgroup_id: head.cgroup_id,
             window: head.boot_ns / window_ns,
-            major: head.major,
-            minor: head.minor,
-            access: head.access,
-            dev_type: head.dev_type,
+            device: head.device,
             flags: head.flags & !FLAG_PATH_TRUNCATED,
             _pad: 0,
             hook_verdict: head.hook_verdict,

@@ -7,9 +7,9 @@ use aya_ebpf::helpers::{
     bpf_ktime_get_boot_ns,
 };
 use gpu_trace_common::{
-    EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS, MAJOR_NO_DRIVER, MAJOR_WATCHED,
-    OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_CREAT,
-    SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS, MAJOR_NO_DRIVER,
+    MAJOR_WATCHED, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT, SEEN_DEVICE, SEEN_WATCHED,
+    SYSCALL_CREAT, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
@@ -23,12 +23,7 @@ use crate::{
 
 /// One device permission check, in the cgroup device hook's terms.
 pub struct DeviceCheck {
-    /// `DEV_TYPE_*`.
-    pub dev_type: u16,
-    pub major: u32,
-    pub minor: u32,
-    /// `ACCESS_*` bits.
-    pub access: u16,
+    pub device: DeviceFields,
     /// 0 allowed, negative errno denied.
     pub verdict: i32,
 }
@@ -49,7 +44,7 @@ pub fn record(check: &DeviceCheck) {
         }
         _ => {}
     }
-    if !is_watched(check.dev_type, check.major) || !current_is_followed() {
+    if !is_watched(check.device.dev_type, check.device.major) || !current_is_followed() {
         return;
     }
     report_now(check, syscall_path_argument());
@@ -61,7 +56,7 @@ pub fn record(check: &DeviceCheck) {
 /// an open call it is reported now.
 #[inline(always)]
 fn left_for_open_exit(check: &DeviceCheck) {
-    let class = major_class(check.dev_type, check.major);
+    let class = major_class(check.device.dev_type, check.device.major);
     let watched = class == MAJOR_WATCHED;
     // A denial, a watched device, or a major no driver has: the exit
     // reports it if the open fails with a GPU node's errno (or, with
@@ -103,10 +98,7 @@ fn left_for_open_exit(check: &DeviceCheck) {
 /// each helper call costs).
 #[inline(always)]
 fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool) {
-    call.major = check.major;
-    call.minor = check.minor;
-    call.access = check.access;
-    call.dev_type = check.dev_type;
+    call.device = check.device;
     call.hook_verdict = check.verdict;
     call.seen = SEEN_DEVICE;
     if watched {
@@ -134,7 +126,11 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
     if let Some(call) = in_call {
         // SAFETY: as above.
         let call = unsafe { &mut *call };
-        fill_in(call, check, is_watched(check.dev_type, check.major));
+        fill_in(
+            call,
+            check,
+            is_watched(check.device.dev_type, check.device.major),
+        );
         return true;
     }
     false
@@ -160,10 +156,7 @@ fn report_now(check: &DeviceCheck, regs: Option<(u16, u64)>) {
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         uid: bpf_get_current_uid_gid() as u32,
-        major: check.major,
-        minor: check.minor,
-        access: check.access,
-        dev_type: check.dev_type,
+        device: check.device,
         hook_verdict: check.verdict,
         syscall_ret: 0,
         syscall,

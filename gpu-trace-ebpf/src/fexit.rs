@@ -3,6 +3,7 @@
 //! wherever the kernel loads it (it needs BTF and trampolines).
 
 use aya_ebpf::{macros::fexit, programs::FExitContext};
+use gpu_trace_common::DeviceFields;
 
 use crate::device_check::{self, DeviceCheck};
 
@@ -13,10 +14,12 @@ pub fn check_permission_exit(ctx: FExitContext) -> i32 {
     // The four arguments, then the return value (read as the fifth slot, which
     // unlike FExitContext::ret works before kernel 5.17).
     device_check::record(&DeviceCheck {
-        dev_type: ctx.arg::<u64>(0) as u16,
-        major: ctx.arg::<u64>(1) as u32,
-        minor: ctx.arg::<u64>(2) as u32,
-        access: ctx.arg::<u64>(3) as u16,
+        device: DeviceFields {
+            dev_type: ctx.arg::<u64>(0) as u16,
+            major: ctx.arg::<u64>(1) as u32,
+            minor: ctx.arg::<u64>(2) as u32,
+            access: ctx.arg::<u64>(3) as u16,
+        },
         verdict: ctx.arg::<u64>(4) as i32,
     });
     0

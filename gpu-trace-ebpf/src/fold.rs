@@ -89,9 +89,9 @@ pub fn held_back(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
     let key = HeldBackKey {
         cgroup_id: head.cgroup_id,
         window,
-        major: head.major,
-        access: head.access,
-        dev_type: head.dev_type,
+        major: head.device.major,
+        access: head.device.access,
+        dev_type: head.device.dev_type,
     };
     if HELD_BACK.get_ptr_mut(&key).is_none() {
         let _ = HELD_BACK.insert(&key, &HeldBackCount::default(), NOEXIST);

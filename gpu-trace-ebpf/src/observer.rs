@@ -11,7 +11,7 @@ use aya_ebpf::{
     macros::cgroup_device,
     programs::DeviceContext,
 };
-use gpu_trace_common::LastDeviceCheck;
+use gpu_trace_common::{DeviceFields, LastDeviceCheck};
 
 use crate::{
     device_check::{self, DeviceCheck},
@@ -25,12 +25,8 @@ const ALLOW: i32 = 1;
 /// it with `bpf_get_retval()` (5.18) and its thread id (6.1).
 #[cgroup_device]
 pub fn observe_device(ctx: DeviceContext) -> i32 {
-    let (dev_type, major, minor, access) = device_of(&ctx);
     device_check::record(&DeviceCheck {
-        dev_type,
-        major,
-        minor,
-        access,
+        device: device_of(&ctx),
         // SAFETY: a helper without arguments; the verifier refuses this
         // program where it is missing, and the loader falls back.
         verdict: unsafe { bpf_get_retval() } as i32,
@@ -43,7 +39,6 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
 /// claims it and takes the verdict from the call's errno.
 #[cgroup_device]
 pub fn observe_device_errno(ctx: DeviceContext) -> i32 {
-    let (dev_type, major, minor, access) = device_of(&ctx);
     // SAFETY: a helper without arguments.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let check = LastDeviceCheck {
@@ -51,10 +46,7 @@ pub fn observe_device_errno(ctx: DeviceContext) -> i32 {
         boot_ns: unsafe { bpf_ktime_get_boot_ns() },
         cgroup_id,
         uid: bpf_get_current_uid_gid() as u32,
-        major,
-        minor,
-        access,
-        dev_type,
+        device: device_of(&ctx),
     };
     // A full table evicts the least recently used cgroup's entry.
     let _ = LAST_DEVICE_CHECK.insert(&cgroup_id, &check, 0);
@@ -63,10 +55,13 @@ pub fn observe_device_errno(ctx: DeviceContext) -> i32 {
 
 /// Type, major, minor and access bits from the hook's context.
 #[inline(always)]
-fn device_of(ctx: &DeviceContext) -> (u16, u32, u32, u16) {
+fn device_of(ctx: &DeviceContext) -> DeviceFields {
     // SAFETY: the kernel hands every cgroup_device program a valid context.
     let dev = unsafe { &*ctx.device };
-    let dev_type = (dev.access_type & 0xffff) as u16;
-    let access = (dev.access_type >> 16) as u16;
-    (dev_type, dev.major, dev.minor, access)
+    DeviceFields {
+        major: dev.major,
+        minor: dev.minor,
+        access: (dev.access_type >> 16) as u16,
+        dev_type: (dev.access_type & 0xffff) as u16,
+    }
 }

@@ -305,15 +305,12 @@ fn claim_device_check(call: &mut OpenInFlight) {
     if slot.boot_ns < call.boot_ns {
         return;
     }
-    call.major = slot.major;
-    call.minor = slot.minor;
-    call.access = slot.access;
-    call.dev_type = slot.dev_type;
+    call.device = slot.device;
     call.boot_ns = slot.boot_ns;
     call.cgroup_id = slot.cgroup_id;
     call.uid = slot.uid;
     call.seen = SEEN_DEVICE;
-    if is_watched(slot.dev_type, slot.major) {
+    if is_watched(slot.device.dev_type, slot.device.major) {
         call.seen |= SEEN_WATCHED;
     }
     slot.boot_ns = 0;
@@ -384,10 +381,7 @@ fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         uid,
-        major: call.major,
-        minor: call.minor,
-        access: call.access,
-        dev_type: call.dev_type,
+        device: call.device,
         hook_verdict: call.hook_verdict,
         syscall_ret: ret,
         syscall,

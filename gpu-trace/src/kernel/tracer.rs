@@ -306,32 +306,19 @@ impl Tracer {
         count
     }
 
-    /// The repeats the kernel counted since the last call, per problem (none
+    /// What the kernel counted rather than sent since the last call (none
     /// without a fold window).
-    pub fn collect_repeats(&mut self) -> Vec<(DeviceAccess, u64)> {
+    pub fn counted_in_kernel(&mut self) -> CountedInKernel {
         let verdict_source = self.verdict_source;
-        self.repeats
-            .as_mut()
-            .map(|repeats| repeats.collect(verdict_source))
-            .unwrap_or_default()
-    }
-
-    /// The problems the kernel held back past their cgroup's budget since
-    /// the last call (none without a fold window).
-    pub fn collect_held_back(&mut self) -> Vec<(DeviceAccess, u64)> {
-        let verdict_source = self.verdict_source;
-        self.held_back
-            .as_mut()
-            .map(|held| held.collect(verdict_source))
-            .unwrap_or_default()
-    }
-
-    /// Events lost since the last call, by cgroup id (with a fold window).
-    pub fn lost_by_cgroup(&mut self) -> Vec<(u64, u64)> {
-        self.held_back
-            .as_mut()
-            .map(HeldBack::lost_by_cgroup)
-            .unwrap_or_default()
+        let mut counted = CountedInKernel::default();
+        if let Some(repeats) = &mut self.repeats {
+            counted.repeats = repeats.collect(verdict_source);
+        }
+        if let Some(held) = &mut self.held_back {
+            counted.held_back = held.collect(verdict_source);
+            counted.lost_by_cgroup = held.lost_by_cgroup();
+        }
+        counted
     }
 
     /// Events the kernel side could not hand over because the ring buffer was full.
@@ -341,6 +328,17 @@ impl Tracer {
             .map(|per_cpu| per_cpu.iter().sum())
             .unwrap_or(0)
     }
+}
+
+/// What the kernel counted rather than sent.
+#[derive(Default)]
+pub struct CountedInKernel {
+    /// Repeats of problems sent before: the latest of each, and how many.
+    pub repeats: Vec<(DeviceAccess, u64)>,
+    /// Problems past their cgroup's budget: the latest of each key, and how many.
+    pub held_back: Vec<(DeviceAccess, u64)>,
+    /// Events lost to a full ring buffer, by cgroup id.
+    pub lost_by_cgroup: Vec<(u64, u64)>,
 }
 
 /// What the kernel side needs to know besides the config.

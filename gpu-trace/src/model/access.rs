@@ -222,10 +222,10 @@ impl DeviceAccess {
             comm: until_nul(&raw.comm).to_vec(),
             cgroup_id: raw.head.cgroup_id,
             device_seen,
-            block_device: raw.head.dev_type == DEV_TYPE_BLOCK,
-            major: raw.head.major,
-            minor: raw.head.minor,
-            access: raw.head.access,
+            block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
+            major: raw.head.device.major,
+            minor: raw.head.device.minor,
+            access: raw.head.device.access,
             verdict,
             bpf_retval: if by_bpf { raw.head.hook_verdict } else { 0 },
             verdict_from,
@@ -253,7 +253,7 @@ fn until_nul(bytes: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use gpu_trace_common::{EventHead, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
+    use gpu_trace_common::{DeviceFields, EventHead, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
 
     use super::*;
 
@@ -262,9 +262,12 @@ mod tests {
             head: EventHead {
                 pid: 42,
                 tid: 43,
-                major: 511,
-                access: ACCESS_READ | ACCESS_WRITE,
-                dev_type: DEV_TYPE_CHAR,
+                device: DeviceFields {
+                    major: 511,
+                    access: ACCESS_READ | ACCESS_WRITE,
+                    dev_type: DEV_TYPE_CHAR,
+                    ..DeviceFields::default()
+                },
                 hook_verdict,
                 syscall_ret: ret,
                 syscall: SYSCALL_OPENAT,

@@ -45,17 +45,21 @@ impl Session {
     /// count: repeats, and problems held back past their cgroup's budget;
     /// then the events lost, by cgroup.
     pub fn admit_repeats(&mut self, output: &mut impl Output) {
-        for (access, count) in self.tracer.collect_repeats() {
+        let counted = self.tracer.counted_in_kernel();
+        let repeats = counted
+            .repeats
+            .into_iter()
+            .map(|(a, n)| (a, Counted::Repeats(n)));
+        let held = counted
+            .held_back
+            .into_iter()
+            .map(|(a, n)| (a, Counted::HeldBack(n)));
+        for (access, how) in repeats.chain(held) {
             let mut record = self.pipeline.process(access);
-            record.count = count;
-            output.record(record, Counted::Repeats(count));
+            record.count = how.in_kernel();
+            output.record(record, how);
         }
-        for (access, count) in self.tracer.collect_held_back() {
-            let mut record = self.pipeline.process(access);
-            record.count = count;
-            output.record(record, Counted::HeldBack(count));
-        }
-        for (cgroup_id, lost) in self.tracer.lost_by_cgroup() {
+        for (cgroup_id, lost) in counted.lost_by_cgroup {
             let cgroup = self.pipeline.enricher.cgroup_path(cgroup_id);
             output.lost(cgroup_id, cgroup.as_deref(), lost);
         }

@@ -96,6 +96,13 @@ fn delegate(dir: &Path) {
     }
 }
 
+/// The incident in a cgroup named after `cgroup`, and mknod_cycle.c
+/// built; None (said) where `test` cannot run.
+fn cycling_test(test: &str, cgroup: &str) -> Option<(Incident, PathBuf)> {
+    let (host, mut programs) = kernel_test_with_programs(test, &["mknod_cycle"])?;
+    Some((Incident::new(&host, cgroup), programs.remove(0)))
+}
+
 /// The peak resident memory of a process so far, in KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
@@ -250,11 +257,9 @@ fn check_reads_hostile_cdi_specs_within_bounds_and_says_what_it_skipped() {
 
 #[test]
 fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() {
-    let Some((host, programs)) = kernel_test_with_programs(test_name!(), &["mknod_cycle"]) else {
+    let Some((incident, mknod_cycle)) = cycling_test(test_name!(), "minor-cycle") else {
         return;
     };
-    let mknod_cycle = &programs[0];
-    let incident = Incident::new(&host, "minor-cycle");
     // Another cgroup below the same policy, denied once mid-flood.
     let other = incident.cgroup.path().join("other");
     fs::create_dir(&other).expect("make the other cgroup");
@@ -407,11 +412,9 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
 
 #[test]
 fn ten_tenants_cycling_minors_leave_the_ring_and_the_fold_table_to_an_eleventh() {
-    let Some((host, programs)) = kernel_test_with_programs(test_name!(), &["mknod_cycle"]) else {
+    let Some((incident, mknod_cycle)) = cycling_test(test_name!(), "ten-tenants") else {
         return;
     };
-    let mknod_cycle = &programs[0];
-    let incident = Incident::new(&host, "ten-tenants");
     let scratch = tempfile::tempdir().expect("temp dir");
     let major = incident.uvm_major.to_string();
     let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
@@ -421,7 +424,7 @@ fn ten_tenants_cycling_minors_leave_the_ring_and_the_fold_table_to_an_eleventh()
         .map(|n| {
             let dir = incident.cgroup.path().join(format!("tenant{n}"));
             fs::create_dir(&dir).expect("make a tenant's cgroup");
-            let mut cycle = Command::new(mknod_cycle);
+            let mut cycle = Command::new(&mknod_cycle);
             cycle
                 .arg(scratch.path().join(format!("n{n}")))
                 .args([major.as_str(), "2000", "5"]);

@@ -230,12 +230,9 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
     // The real container, made by root where Docker's systemd driver would.
     let victim = ChildCgroup::create(&incident.cgroup, &format!("docker-{VICTIM_ID}.scope"));
     const OPENS: u32 = 20_000;
-    let major = incident.uvm_major.to_string();
-    let watcher = Watcher::start(&[
+    let watcher = incident.watch(&[
         "--format",
         "json",
-        "--major",
-        &major,
         "--fold",
         "60s",
         "--budget-per-cgroup",
@@ -327,12 +324,9 @@ fn metrics_series_are_capped_and_their_sum_exact() {
         .collect();
     let nodes = DeviceNodes::create(&specs).expect("mknod");
     let addr = free_local_addr();
-    let major = incident.uvm_major.to_string();
-    let watcher = Watcher::start(&[
+    let watcher = incident.watch(&[
         "--format",
         "json",
-        "--major",
-        &major,
         "--metrics",
         &addr,
         "--metrics-series",
@@ -356,7 +350,10 @@ fn metrics_series_are_capped_and_their_sum_exact() {
     assert!(series.len() <= 6, "at most 5 and other: {body}");
     let ours: f64 = series
         .iter()
-        .filter(|l| l.contains(&format!("major=\"{major}\"")) || l.contains("major=\"other\""))
+        .filter(|l| {
+            l.contains(&format!("major=\"{}\"", incident.uvm_major))
+                || l.contains("major=\"other\"")
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(ours, f64::from(MINORS), "{body}");

@@ -1156,16 +1156,7 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
     eprintln!("bench: {count} tenant cgroups");
     let out_file = scene.regular_file.with_file_name("tenants.jsonl");
     let (mut child, stderr) = watch_into_file(&["--major", &scene.major.to_string()], &out_file);
-    let home = fs::read_to_string("/proc/self/cgroup").expect("own cgroup");
-    let home = home
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .expect("cgroup2 line");
-    let mount = scene
-        .cgroup()
-        .parent()
-        .expect("under the mount")
-        .to_path_buf();
+    let home = own_cgroup(scene);
     let enter = |dir: &Path| fs::write(dir.join("cgroup.procs"), "0").expect("enter cgroup");
     // The bench process itself visits each cgroup: far cheaper than a
     // process per cgroup.
@@ -1183,7 +1174,7 @@ fn tenant_cgroups(count: usize, open_loop: &Path, scene: &Scene) -> Value {
             .open(&scene.denied_node);
         dirs.push(dir);
     }
-    enter(&mount.join(home.trim_start_matches('/')));
+    enter(&home);
     let made_s = started.elapsed().as_secs_f64();
     thread::sleep(Duration::from_secs(2)); // let watch drain
     let peak_mib = peak_rss(child.id()) as f64 / 1024.0;
@@ -1246,7 +1237,6 @@ fn hostile_shapes(count: usize, scene: &Scene) -> Value {
         fs::create_dir(bottom.join(format!("c{n}"))).expect("make cgroup");
     }
     for _ in 0..2 {
-        let _ = place_child_in(&mut Command::new("true"), &[scene.cgroup()]);
         let mut opener = Command::new("cat");
         opener.arg(&scene.denied_node).stderr(Stdio::null());
         let _procs = place_child_in(&mut opener, &[scene.cgroup()]).expect("join cgroup");
@@ -1278,15 +1268,22 @@ fn hostile_shapes(count: usize, scene: &Scene) -> Value {
     );
     let seconds = 5u64;
     let node = scene.regular_file.with_file_name("cycled-node");
-    let script = format!(
-        "end=$(($(date +%s) + {seconds})); while [ $(date +%s) -lt $end ]; do \
-         for m in $(seq 0 1999); do mknod {} c {major} $m 2>/dev/null; done; done",
-        node.display()
-    );
-    let mut tenant = Command::new("sh");
-    tenant.args(["-c", &script]);
-    let _procs = place_child_in(&mut tenant, &[scene.cgroup()]).expect("join cgroup");
-    let _ = tenant.status();
+    // The bench process itself is the tenant: in the scene's cgroup, each
+    // mknod is refused by its policy.
+    let home = own_cgroup(scene);
+    fs::write(scene.cgroup().join("cgroup.procs"), "0").expect("enter the cgroup");
+    let until = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < until {
+        for minor in 0..2_000 {
+            let _ = nix::sys::stat::mknod(
+                &node,
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                nix::sys::stat::makedev(scene.major.into(), minor),
+            );
+        }
+    }
+    fs::write(home.join("cgroup.procs"), "0").expect("leave the cgroup");
     thread::sleep(Duration::from_millis(1_500));
     let summary = stop_for_summary(&mut child, stderr);
     let lines = fs::read_to_string(&out_file).map_or(0, |t| t.lines().count());
@@ -1299,6 +1296,19 @@ fn hostile_shapes(count: usize, scene: &Scene) -> Value {
         "cycle_denied": summary_number(&summary, "denied"),
         "cycle_lost": summary_number(&summary, "lost"),
     })
+}
+
+/// The bench process's own cgroup directory, to come back to.
+fn own_cgroup(scene: &Scene) -> PathBuf {
+    let own = fs::read_to_string("/proc/self/cgroup").expect("own cgroup");
+    let relative = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("cgroup2 line")
+        .trim_start_matches('/')
+        .to_string();
+    let mount = scene.cgroup().parent().expect("under the mount");
+    mount.join(relative)
 }
 
 fn rss(pid: u32) -> u64 {

@@ -134,12 +134,16 @@ impl CgroupResolver {
         }
     }
 
+    /// The kernel's note first: one map lookup, where a handle costs an
+    /// open, a readlink and a close, and a tenant making cgroups by the
+    /// thousand makes every one of them a miss.
     fn miss_by_handle(&mut self, id: u64) {
-        let found = match self.handles.as_ref().map(|handles| handles.path_of(id)) {
-            Some(ById::Path(path)) => Some(path),
-            // Removed before its events were read, most likely.
-            _ => self.noted_path(id),
-        };
+        let found = self.noted_path(id).or_else(|| {
+            match self.handles.as_ref().map(|handles| handles.path_of(id)) {
+                Some(ById::Path(path)) => Some(path),
+                _ => None,
+            }
+        });
         if let Some(path) = found {
             self.keep(id, path);
         }

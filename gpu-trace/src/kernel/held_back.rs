@@ -1,7 +1,6 @@
 //! What the kernel held back past a cgroup's budget (gpu-trace-ebpf's
 //! fold.rs): read every second like the repeats, each key's new count
-//! handed on as one access with a count; and the events lost to a full ring
-//! buffer, by cgroup.
+//! handed on as one access with a count.
 
 use std::time::Duration;
 
@@ -18,23 +17,14 @@ pub struct HeldBack {
     map: HashMap<MapData, HeldBackKey, HeldBackCount>,
     /// Counts already handed on, by key.
     handed_on: FxHashMap<HeldBackKey, u64>,
-    lost: HashMap<MapData, u64, u64>,
-    /// Lost events already reported, by cgroup id.
-    lost_reported: FxHashMap<u64, u64>,
     window: Duration,
 }
 
 impl HeldBack {
-    pub fn new(
-        map: HashMap<MapData, HeldBackKey, HeldBackCount>,
-        lost: HashMap<MapData, u64, u64>,
-        window: Duration,
-    ) -> Self {
+    pub fn new(map: HashMap<MapData, HeldBackKey, HeldBackCount>, window: Duration) -> Self {
         Self {
             map,
             handed_on: FxHashMap::default(),
-            lost,
-            lost_reported: FxHashMap::default(),
             window,
         }
     }
@@ -67,23 +57,6 @@ impl HeldBack {
             } else {
                 self.handed_on.insert(*key, held.count);
             }
-        }
-        out
-    }
-
-    /// Events lost to a full ring buffer since the last call, by cgroup id.
-    pub fn lost_by_cgroup(&mut self) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
-        for (cgroup_id, lost) in self.lost.iter().filter_map(Result::ok) {
-            let reported = self.lost_reported.entry(cgroup_id).or_insert(0);
-            if lost > *reported {
-                out.push((cgroup_id, lost - *reported));
-                *reported = lost;
-            }
-        }
-        // The kernel's table is LRU: what it forgot, forget too.
-        if self.lost_reported.len() > 2 * gpu_trace_common::LOST_BY_CGROUP_CAPACITY as usize {
-            self.lost_reported.clear();
         }
         out
     }

@@ -9,6 +9,7 @@ pub mod detach_after_exit;
 pub mod device_hook;
 pub mod held_back;
 pub mod lazy_btf;
+pub mod lost_by_cgroup;
 pub mod open_route;
 pub mod own_programs;
 pub mod program_holders;

@@ -21,6 +21,7 @@ use crate::{
         device_hook::{DeviceHook, HookChoice, Loaded},
         held_back::HeldBack,
         lazy_btf::LazyBtf,
+        lost_by_cgroup::LostByCgroup,
         open_route::{self, OpenRoute, OpensChoice},
         repeats::KernelRepeats,
     },
@@ -72,6 +73,7 @@ pub struct Tracer {
     lost_events: PerCpuArray<MapData, u64>,
     repeats: Option<KernelRepeats>,
     held_back: Option<HeldBack>,
+    lost_by_cgroup: LostByCgroup,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
     open_route: OpenRoute,
@@ -156,12 +158,15 @@ impl Tracer {
         } else {
             let map = HashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
             let held = HashMap::try_from(take_map(&mut ebpf, map::HELD_BACK)?)?;
-            let lost = HashMap::try_from(take_map(&mut ebpf, map::LOST_BY_CGROUP)?)?;
             (
                 Some(KernelRepeats::new(map, config.fold_window)),
-                Some(HeldBack::new(held, lost, config.fold_window)),
+                Some(HeldBack::new(held, config.fold_window)),
             )
         };
+        let lost_by_cgroup = LostByCgroup::new(HashMap::try_from(take_map(
+            &mut ebpf,
+            map::LOST_BY_CGROUP,
+        )?)?);
         Ok(Self {
             _ebpf: ebpf,
             events,
@@ -171,6 +176,7 @@ impl Tracer {
             lost_events,
             repeats,
             held_back,
+            lost_by_cgroup,
             hooks,
             verdict_source: device_hook.verdict_source(),
             open_route: opens.route,
@@ -306,8 +312,8 @@ impl Tracer {
         count
     }
 
-    /// What the kernel counted rather than sent since the last call (none
-    /// without a fold window).
+    /// What the kernel counted rather than sent since the last call (no
+    /// repeats and nothing held back without a fold window).
     pub fn counted_in_kernel(&mut self) -> CountedInKernel {
         let verdict_source = self.verdict_source;
         let mut counted = CountedInKernel::default();
@@ -316,8 +322,8 @@ impl Tracer {
         }
         if let Some(held) = &mut self.held_back {
             counted.held_back = held.collect(verdict_source);
-            counted.lost_by_cgroup = held.lost_by_cgroup();
         }
+        counted.lost_by_cgroup = self.lost_by_cgroup.since_last();
         counted
     }
 

@@ -10,7 +10,7 @@ use crate::{
         filter::Filter,
         fold::Folder,
         metrics::Metrics,
-        session::{Counted, Output, Session},
+        session::{Counted, LostInCgroup, Output, Session},
         sink::Sink,
     },
     text::terminal::printable,
@@ -92,12 +92,20 @@ impl Output for LogOutput<'_> {
 
     /// Said on stderr, where an operator looks for trouble; a tenant's
     /// path is escaped like every name.
-    fn lost(&mut self, cgroup_id: u64, cgroup: Option<&std::path::Path>, count: u64) {
-        let name = cgroup.map_or_else(
-            || format!("id {cgroup_id}"),
-            |path| printable(path.as_os_str().as_encoded_bytes()),
-        );
-        eprintln!("gpu-trace: lost {count} events of cgroup {name}: the ring buffer was full");
+    fn lost(&mut self, named: &[LostInCgroup], (cgroups, events): (usize, u64)) {
+        let mut line = String::from("gpu-trace: the ring buffer was full; lost");
+        for (i, lost) in named.iter().enumerate() {
+            let name = lost.cgroup.as_ref().map_or_else(
+                || format!("id {}", lost.cgroup_id),
+                |path| printable(path.as_os_str().as_encoded_bytes()),
+            );
+            let sep = if i == 0 { "" } else { "," };
+            line.push_str(&format!("{sep} {} of cgroup {name}", lost.count));
+        }
+        if cgroups > 0 {
+            line.push_str(&format!(", {events} of {cgroups} other cgroups"));
+        }
+        eprintln!("{line}");
     }
 
     /// Folds whose window closed are written; what was kept for cgroups

@@ -59,11 +59,36 @@ impl Session {
             record.count = how.in_kernel();
             output.record(record, how);
         }
-        for (cgroup_id, lost) in counted.lost_by_cgroup {
-            let cgroup = self.pipeline.enricher.cgroup_path(cgroup_id);
-            output.lost(cgroup_id, cgroup.as_deref(), lost);
+        let mut lost = counted.lost_by_cgroup;
+        if !lost.is_empty() {
+            // The most first: only they are named (a tenant's cgroups can
+            // be many), the rest summed.
+            lost.sort_unstable_by_key(|&(_, count)| std::cmp::Reverse(count));
+            let named: Vec<LostInCgroup> = lost
+                .iter()
+                .take(LOST_CGROUPS_NAMED)
+                .map(|&(cgroup_id, count)| LostInCgroup {
+                    cgroup: self.pipeline.enricher.cgroup_path(cgroup_id),
+                    cgroup_id,
+                    count,
+                })
+                .collect();
+            let rest = &lost[named.len()..];
+            let others = (rest.len(), rest.iter().map(|&(_, n)| n).sum());
+            output.lost(&named, others);
         }
     }
+}
+
+/// Cgroups named, per tick, in what was lost to a full ring buffer.
+const LOST_CGROUPS_NAMED: usize = 5;
+
+/// Events of one cgroup lost to a full ring buffer.
+pub struct LostInCgroup {
+    pub cgroup_id: u64,
+    /// Its path, where it can be named.
+    pub cgroup: Option<std::path::PathBuf>,
+    pub count: u64,
 }
 
 /// How a record reached userspace.
@@ -92,9 +117,9 @@ pub trait Output {
     /// One record from the pipeline, and how it came.
     fn record(&mut self, record: crate::model::record::Record, counted: Counted);
 
-    /// `count` events of cgroup `cgroup_id` (at `cgroup`, where it can be
-    /// named) were lost to a full ring buffer.
-    fn lost(&mut self, _cgroup_id: u64, _cgroup: Option<&std::path::Path>, _count: u64) {}
+    /// Events lost to a full ring buffer since the last tick: the cgroups
+    /// that lost the most, and how many other cgroups lost how many.
+    fn lost(&mut self, _named: &[LostInCgroup], _others: (usize, u64)) {}
 
     /// After each drain: write out what was buffered.
     fn flush(&mut self) -> anyhow::Result<()> {

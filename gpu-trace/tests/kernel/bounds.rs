@@ -462,3 +462,41 @@ fn ten_tenants_cycling_minors_leave_the_ring_and_the_fold_table_to_an_eleventh()
     }
     let _ = fs::remove_dir(&eleventh);
 }
+
+#[test]
+fn events_lost_to_a_full_ring_are_counted_by_cgroup_and_named() {
+    let Some((incident, mknod_cycle)) = cycling_test(test_name!(), "lost-by-cgroup") else {
+        return;
+    };
+    // Every problem sent (no fold), none written (--pid 1 hides them after
+    // they are received): a flood the ring buffer cannot take.
+    let watcher = incident.watch(&["--format", "json", "--fold", "0", "--pid", "1"]);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let major = incident.uvm_major.to_string();
+    let mut flood = Command::new(&mknod_cycle);
+    flood
+        .arg(scratch.path().join("n"))
+        .args([major.as_str(), "2000", "2"]);
+    let refused = printed_count(start_in_cgroup(incident.cgroup.path(), flood));
+    std::thread::sleep(Duration::from_millis(1_500)); // a tick reports them
+    let stderr = watcher.stop_cleanly();
+    let (summary, count) = summary_counts(&stderr);
+    let lost = count("lost") as u64;
+    assert!(
+        lost > 0,
+        "{refused} refused; the ring took them all: {summary}"
+    );
+    // Named in lines like "... lost 123 of cgroup /x, 4 of cgroup /y".
+    let ours = format!(" of cgroup {}", incident.cgroup.relative_path().display());
+    let named: u64 = stderr
+        .iter()
+        .filter_map(|l| l.strip_prefix("gpu-trace: the ring buffer was full; lost"))
+        .flat_map(|l| l.split(','))
+        .filter_map(|part| part.trim_end().strip_suffix(ours.as_str()))
+        .map(|n| n.trim().parse::<u64>().expect("a count"))
+        .sum();
+    assert_eq!(
+        named, lost,
+        "every lost event named by its cgroup: {stderr:#?}"
+    );
+}

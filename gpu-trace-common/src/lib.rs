@@ -415,8 +415,10 @@ pub const KERNEL_BUDGET_PER_CGROUP: u64 = 64;
 /// gets a fresh budget).
 pub const CGROUP_SENT_CAPACITY: u32 = 16384;
 
-/// Problems a cgroup had past its budget in one window, by device major
-/// and access.
+/// Problems a cgroup had past its budget in one window, by device major,
+/// access and outcome (so that a count never mixes denials with other
+/// failures). Past HELD_BACK_KEYS_PER_CGROUP of them, one key with major,
+/// access and type 0 holds the rest of that cgroup's window.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HeldBackKey {
@@ -425,7 +427,12 @@ pub struct HeldBackKey {
     pub major: u32,
     pub access: u16,
     pub dev_type: u16,
+    pub hook_verdict: i32,
+    pub syscall_ret: i32,
 }
+
+/// Held-back keys one cgroup makes per window before the rest share one.
+pub const HELD_BACK_KEYS_PER_CGROUP: u64 = 64;
 
 /// How many were held back, and the latest of them as it would have been
 /// sent (without its path).

@@ -19,8 +19,8 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use gpu_trace_common::{
-    CgroupWindow, EventHead, HeldBackCount, HeldBackKey, RepeatCount, RepeatKey, COMM_LEN,
-    KERNEL_BUDGET_PER_CGROUP,
+    CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey, RepeatCount, RepeatKey,
+    COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP,
 };
 
 use crate::maps::{
@@ -83,15 +83,25 @@ pub fn held_back(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
         window,
     };
     // A table that cannot count it leaves it to be sent, as before.
-    if add_one(&CGROUP_SENT, &sent).is_none_or(|after| after <= KERNEL_BUDGET_PER_CGROUP) {
+    let Some(after) = add_one(&CGROUP_SENT, &sent).filter(|&n| n > KERNEL_BUDGET_PER_CGROUP) else {
         return false;
-    }
+    };
+    // A cgroup varying the device (a new major made with every mknod)
+    // gets a few keys of its own, then one for the rest of the window.
+    let own_key = after <= KERNEL_BUDGET_PER_CGROUP + HELD_BACK_KEYS_PER_CGROUP;
+    let device = if own_key {
+        head.device
+    } else {
+        DeviceFields::NONE
+    };
     let key = HeldBackKey {
         cgroup_id: head.cgroup_id,
         window,
-        major: head.device.major,
-        access: head.device.access,
-        dev_type: head.device.dev_type,
+        major: device.major,
+        access: device.access,
+        dev_type: device.dev_type,
+        hook_verdict: head.hook_verdict,
+        syscall_ret: head.syscall_ret,
     };
     if HELD_BACK.get_ptr_mut(&key).is_none() {
         let _ = HELD_BACK.insert(&key, &HeldBackCount::default(), NOEXIST);

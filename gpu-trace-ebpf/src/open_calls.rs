@@ -225,7 +225,8 @@ fn whose_sighting(sighting: &OpenInFlight, path_ptr: u64, ret: i32) -> Sighting 
     let mut i = 0;
     while i < head.len() {
         if head[i] != sighting.path_head[i] {
-            let denied = sighting.hook_verdict != 0 || verdict_from_errno();
+            // Sightings on this route come from hooks that know the verdict.
+            let denied = sighting.hook_verdict != 0;
             return if ret == EPERM && denied && sighting.seen & SEEN_WATCHED != 0 {
                 Sighting::ThisCallsPathChanged
             } else {

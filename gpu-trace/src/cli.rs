@@ -121,7 +121,8 @@ pub struct WatchArgs {
     /// Records written per fold window (first occurrences and counts of
     /// repeats), in all; past it (or past --budget-per-cgroup) a cgroup's
     /// problems become one summary record per window with their exact
-    /// count. 0: no limit.
+    /// count. 0: no limit here (the kernel still sends at most 64 first
+    /// sightings per cgroup and window, and counts the rest).
     #[arg(long, value_name = "N", default_value_t = 500)]
     pub budget: u32,
     /// Records written per fold window for one cgroup. 0: no limit.

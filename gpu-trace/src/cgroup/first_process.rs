@@ -35,11 +35,14 @@ pub fn first_process(dir: &Path) -> Option<FirstProcess> {
             break;
         }
         if let Ok(children) = fs::read_dir(&cgroup) {
+            // No more waiting than could still be looked at.
+            let room = MAX_DIRECTORIES.saturating_sub(directories + pending.len());
             pending.extend(
                 children
                     .filter_map(Result::ok)
                     .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
+                    .map(|e| e.path())
+                    .take(room),
             );
         }
     }

@@ -24,11 +24,14 @@ pub fn identify(cgroup: &str, names: &NameSources) -> Container {
 
 /// The same, knowing who made the cgroup itself (the kernel's note of a
 /// cgroup made since start): a cgroup a user made is that user's claim,
-/// also once it and the directory it sat in are gone.
+/// also once it and the directories it sat in are gone. A user could only
+/// make it inside a directory handed to them, so above it a directory
+/// already gone is no longer taken for root's.
 pub fn identify_made_by(cgroup: &str, names: &NameSources, creator_uid: Option<u32>) -> Container {
     let components: Vec<&str> = cgroup.split('/').filter(|c| !c.is_empty()).collect();
-    let mut trusted = root_made_depth(names, &components);
-    if creator_uid.is_some_and(|uid| uid != 0) {
+    let made_by_user = creator_uid.is_some_and(|uid| uid != 0);
+    let mut trusted = root_made_depth(names, &components, made_by_user);
+    if made_by_user {
         trusted = trusted.min(components.len().saturating_sub(1));
     }
     let mut container = None;
@@ -76,14 +79,19 @@ pub fn identify_made_by(cgroup: &str, names: &NameSources, creator_uid: Option<u
 /// How many leading components of the path root made: a component counts
 /// when the directory it sits in is owned by root. Below a directory owned
 /// by anyone else (a delegated subtree), its owner could have made any
-/// name. A directory already gone is no evidence either way.
-fn root_made_depth(names: &NameSources, components: &[&str]) -> usize {
+/// name. A directory already gone is no evidence either way, unless
+/// `gone_is_untrusted`.
+fn root_made_depth(names: &NameSources, components: &[&str], gone_is_untrusted: bool) -> usize {
     let Some(mount) = &names.cgroup2_mount else {
         return components.len();
     };
     let mut dir = mount.clone();
     for (depth, component) in components.iter().enumerate() {
-        if fs::metadata(&dir).is_ok_and(|m| m.uid() != 0) {
+        let untrusted = match fs::metadata(&dir) {
+            Ok(meta) => meta.uid() != 0,
+            Err(_) => gone_is_untrusted,
+        };
+        if untrusted {
             return depth;
         }
         dir.push(component);
@@ -315,13 +323,29 @@ mod tests {
 
     #[test]
     fn a_cgroup_a_user_made_is_not_a_runtimes_claim() {
+        // A cgroup2 tree of root's, as systemd makes it (the tests run as root).
+        let tree = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(tree.path().join("user.slice/user@1000.service")).expect("mkdir");
+        let names = NameSources {
+            cgroup2_mount: Some(tree.path().to_path_buf()),
+            ..NameSources::default()
+        };
         let path = format!("/user.slice/user@1000.service/docker-{DOCKER_ID}.scope");
-        let names = NameSources::default();
         let by_root = identify_made_by(&path, &names, Some(0));
         assert_eq!(by_root.runtime, Runtime::Docker);
         let by_user = identify_made_by(&path, &names, Some(1000));
         assert_eq!(by_user.runtime, Runtime::Systemd);
         assert_eq!(by_user.id, "user@1000.service");
         assert_eq!(identify_made_by(&path, &names, None), by_root);
+        // Deeper, below a directory of the tenant's already gone: taken for
+        // root's without a creator, the tenant's claim with one.
+        let deeper = format!("/user.slice/user@1000.service/gone/docker-{DOCKER_ID}.scope/x");
+        assert_eq!(
+            identify_made_by(&deeper, &names, None).runtime,
+            Runtime::Docker
+        );
+        let by_user = identify_made_by(&deeper, &names, Some(1000));
+        assert_eq!(by_user.runtime, Runtime::Systemd);
+        assert_eq!(by_user.id, "user@1000.service");
     }
 }

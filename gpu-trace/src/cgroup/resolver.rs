@@ -50,8 +50,12 @@ pub struct CgroupResolver {
     /// The root's count of descendants at the last look: fewer now means
     /// cgroups were removed, and what was kept for them can go.
     descendants_seen: Option<u64>,
-    /// Times the cache was emptied to stay in its budget.
-    pub evictions: u64,
+    /// Cgroups were removed since the last sweep of what is kept for them.
+    removed_since_sweep: bool,
+    last_sweep: Instant,
+    /// What the kernel said of each id during this sweep: every table asks
+    /// about the same cgroups.
+    alive: std::cell::RefCell<rustc_hash::FxHashMap<u64, bool>>,
     walks: Walks,
     /// The kernel's note of each cgroup made since start: names a cgroup
     /// already removed, and one made since the last walk, without a walk.
@@ -72,6 +76,8 @@ struct Walks {
 }
 
 const RESCAN_PAUSE: Duration = Duration::from_millis(200);
+/// Sweeps of what is kept for removed cgroups, at most one per this.
+const SWEEP_PAUSE: Duration = Duration::from_secs(10);
 /// Past this, the oldest unresolved ids are forgotten (asked about again).
 const UNRESOLVED_LIMIT: usize = 65_536;
 /// Cgroups named from the kernel's note before a walk is asked for.
@@ -85,7 +91,9 @@ impl CgroupResolver {
             descendants_seen: descendants(&mount),
             mount,
             paths: PathCache::with_budget(PATHS_BUDGET),
-            evictions: 0,
+            removed_since_sweep: false,
+            last_sweep: Instant::now(),
+            alive: Default::default(),
             walks: Walks::default(),
             made: None,
         }
@@ -101,20 +109,8 @@ impl CgroupResolver {
         self
     }
 
-    /// The same, walking the tree even where cgroups open by handle: for
-    /// tests of the walking route on a host that has both.
-    pub fn walking(mut self) -> Self {
-        self.handles = None;
-        self
-    }
-
     pub fn mount(&self) -> &Path {
         &self.mount
-    }
-
-    /// Whether cgroups are named by handle (true) or by walking the tree.
-    pub fn by_handle(&self) -> bool {
-        self.handles.is_some()
     }
 
     /// The path of cgroup `id`, relative to the mount and starting with '/'.
@@ -150,7 +146,7 @@ impl CgroupResolver {
     }
 
     fn noted_path(&self, id: u64) -> Option<PathBuf> {
-        self.made.as_ref().and_then(|made| made(id)).map(|n| n.path)
+        self.made.as_ref().and_then(|made| made(id))?.path
     }
 
     /// Who made cgroup `id`, when it was made since start (the kernel's
@@ -164,7 +160,6 @@ impl CgroupResolver {
     fn keep(&mut self, id: u64, path: PathBuf) {
         if !self.paths.insert(id, path.clone()) {
             self.paths.clear();
-            self.evictions += 1;
             self.paths.insert(id, path);
         }
     }
@@ -276,8 +271,19 @@ impl CgroupResolver {
             .zip(now)
             .is_some_and(|(then, now)| now < then);
         if self.handles.is_some() {
+            // Each sweep asks the kernel about every cgroup kept anywhere:
+            // a tenant removing one cgroup a second must not make that
+            // every tick. Removals wait for the next sweep, counted.
+            self.removed_since_sweep |= removed;
             self.descendants_seen = now;
-            return removed;
+            let rested = self.last_sweep.elapsed() >= SWEEP_PAUSE;
+            if self.removed_since_sweep && rested {
+                self.removed_since_sweep = false;
+                self.last_sweep = Instant::now();
+                self.alive.borrow_mut().clear();
+                return true;
+            }
+            return false;
         }
         let landed = self.land_walk();
         if !self.walks.unresolved.is_empty() || removed {
@@ -290,14 +296,13 @@ impl CgroupResolver {
     /// or the kernel's note since knows).
     pub fn knows(&self, id: u64) -> bool {
         match &self.handles {
-            Some(handles) => handles.exists(id),
+            Some(handles) => *self
+                .alive
+                .borrow_mut()
+                .entry(id)
+                .or_insert_with(|| handles.exists(id)),
             None => self.paths.contains(id),
         }
-    }
-
-    /// Bytes of paths kept now.
-    pub fn bytes_kept(&self) -> usize {
-        self.paths.bytes()
     }
 }
 

@@ -15,16 +15,18 @@ impl CgroupsMade {
     /// The note of cgroup `id`, if it was made since start.
     pub fn note(&self, id: u64) -> Option<CgroupNote> {
         let entry = self.0.get(&id, 0).ok()?;
-        let end = entry.path.iter().position(|&b| b == 0)?;
         // Empty: the kernel could not read it. Filling the slot: cut short.
-        // Either would be taken for another cgroup's path.
-        if end == 0 || end + 1 >= entry.path.len() {
-            return None;
-        }
-        let path = std::ffi::OsStr::from_bytes(&entry.path[..end]);
+        // Either would be taken for another cgroup's path; who made it
+        // still counts.
+        let path = entry
+            .path
+            .iter()
+            .position(|&b| b == 0)
+            .filter(|&end| end > 0 && end + 1 < entry.path.len())
+            .map(|end| std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&entry.path[..end])));
         Some(CgroupNote {
-            path: std::path::PathBuf::from(path),
-            // Left at u32::MAX when the note was cut short.
+            path,
+            // Left at u32::MAX when the program stopped before writing it.
             creator_uid: Some(entry.creator_uid).filter(|&uid| uid != u32::MAX),
         })
     }

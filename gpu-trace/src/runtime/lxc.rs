@@ -87,7 +87,7 @@ impl ContainerRuntime for Lxc {
         fix.insert(
             fix.len().saturating_sub(1),
             format!(
-                "and the render node of each GPU it should use, for the first: `lxc.cgroup2.devices.allow: c {DRM_MAJOR}:{DRM_RENDER_MINOR} rwm` with `lxc.mount.entry: /dev/dri/renderD{DRM_RENDER_MINOR} dev/dri/renderD{DRM_RENDER_MINOR} none bind,optional,create=file` (all of major {DRM_MAJOR} would be every GPU)"
+                "and the render node of each GPU it should use, renderD{DRM_RENDER_MINOR} where that is one (`ls -l /dev/dri/by-path` names each by its PCI address): `lxc.cgroup2.devices.allow: c {DRM_MAJOR}:{DRM_RENDER_MINOR} rwm` with `lxc.mount.entry: /dev/dri/renderD{DRM_RENDER_MINOR} dev/dri/renderD{DRM_RENDER_MINOR} none bind,optional,create=file` (all of major {DRM_MAJOR} would be every GPU)"
             ),
         );
         fix

@@ -18,7 +18,7 @@ impl Engine {
     /// How to give a container ROCm's compute node and render nodes.
     pub fn rocm(self) -> &'static str {
         match self {
-            Engine::CommandLine => "recreate the container with `--device /dev/kfd` and the render node of each GPU it should use, `--device /dev/dri/renderD128` for the first (ROCm opens both; all of /dev/dri would be every GPU), and `--group-add video --group-add render` where the nodes are not world-accessible",
+            Engine::CommandLine => "recreate the container with `--device /dev/kfd` and the render node of each GPU it should use, `--device /dev/dri/renderD128` where that is one (`ls -l /dev/dri/by-path` names each by its PCI address; ROCm opens both, and all of /dev/dri would be every GPU), and `--group-add video --group-add render` where the nodes are not world-accessible",
             Engine::Kubernetes => "request GPUs through AMD's ROCm device plugin (resources: amd.com/gpu), which passes /dev/kfd and the render nodes",
         }
     }

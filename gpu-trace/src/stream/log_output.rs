@@ -16,6 +16,9 @@ use crate::{
     text::terminal::printable,
 };
 
+/// Bytes of a cgroup's path shown in the line that names lost events.
+const LOST_NAME_BYTES: usize = 120;
+
 /// Counts for the closing summary.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Tally {
@@ -95,9 +98,16 @@ impl Output for LogOutput<'_> {
     fn lost(&mut self, named: &[LostInCgroup], (cgroups, events): (usize, u64)) {
         let mut line = String::from("gpu-trace: the ring buffer was full; lost");
         for (i, lost) in named.iter().enumerate() {
+            // Cut short: the line is said every tick, and a tenant's path
+            // may be 4 KB.
             let name = lost.cgroup.as_ref().map_or_else(
                 || format!("id {}", lost.cgroup_id),
-                |path| printable(path.as_os_str().as_encoded_bytes()),
+                |path| {
+                    let bytes = path.as_os_str().as_encoded_bytes();
+                    let cut = &bytes[..bytes.len().min(LOST_NAME_BYTES)];
+                    let more = if cut.len() < bytes.len() { "..." } else { "" };
+                    format!("{}{more} (id {})", printable(cut), lost.cgroup_id)
+                },
             );
             let sep = if i == 0 { "" } else { "," };
             line.push_str(&format!("{sep} {} of cgroup {name}", lost.count));

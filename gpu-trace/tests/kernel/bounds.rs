@@ -5,7 +5,10 @@
 
 use std::{
     fs,
-    os::unix::{fs::chown, process::CommandExt},
+    os::unix::{
+        fs::{chown, MetadataExt},
+        process::CommandExt,
+    },
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -486,8 +489,12 @@ fn events_lost_to_a_full_ring_are_counted_by_cgroup_and_named() {
         lost > 0,
         "{refused} refused; the ring took them all: {summary}"
     );
-    // Named in lines like "... lost 123 of cgroup /x, 4 of cgroup /y".
-    let ours = format!(" of cgroup {}", incident.cgroup.relative_path().display());
+    // Named in lines like "... lost 123 of cgroup /x (id 9), 4 of cgroup /y (id 10)".
+    let id = fs::metadata(incident.cgroup.path()).expect("stat").ino();
+    let ours = format!(
+        " of cgroup {} (id {id})",
+        incident.cgroup.relative_path().display()
+    );
     let named: u64 = stderr
         .iter()
         .filter_map(|l| l.strip_prefix("gpu-trace: the ring buffer was full; lost"))

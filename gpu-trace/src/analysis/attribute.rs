@@ -3,7 +3,7 @@
 //! answers are cached per cgroup and re-read when its set of programs changes.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     rc::Rc,
     time::{Duration, Instant},
 };
@@ -30,6 +30,9 @@ pub struct Attributor<S = LiveHost> {
     /// worked out: each costs three file reads, and a process retrying a
     /// denied open would otherwise pay them per event (26k events/s at most).
     v1_answers: FxHashMap<V1Key, Dated<Rc<Rendered<DeniedBy>>>>,
+    /// Policies of cgroups whose children were asked about, by path: what
+    /// a child without programs of its own runs (see `inherited`).
+    parents: FxHashMap<PathBuf, Dated<(Vec<u32>, CgroupPolicy)>>,
 }
 
 /// A cached answer and when it was worked out.
@@ -42,6 +45,9 @@ type V1Key = (u32, u64, DeviceQuery);
 const V1_ANSWERS_CAPACITY: usize = 4096;
 const POLICIES_CAPACITY: usize = 4096;
 const ANSWERS_PER_POLICY: usize = 1024;
+/// Parents' policies: a container's siblings share a few parents; a tree a
+/// tenant makes fans out under a few too. Paths are at most 4 KiB each.
+const PARENTS_CAPACITY: usize = 64;
 
 impl Attributor<LiveHost> {
     pub fn new(mount: impl Into<std::path::PathBuf>) -> Self {
@@ -55,6 +61,7 @@ impl<S: PolicySource> Attributor<S> {
             source,
             policies: FxHashMap::default(),
             v1_answers: FxHashMap::default(),
+            parents: FxHashMap::default(),
         }
     }
 
@@ -62,8 +69,10 @@ impl<S: PolicySource> Attributor<S> {
     pub fn forget_cgroups_except(&mut self, exists: impl Fn(u64) -> bool) {
         self.policies.retain(|id, _| exists(*id));
         self.v1_answers.retain(|(_, id, _), _| exists(*id));
+        self.parents.clear();
         self.policies.shrink_to_fit();
         self.v1_answers.shrink_to_fit();
+        self.parents.shrink_to_fit();
     }
 
     /// For denials: names the policy that refused it in `record.denied_by`.
@@ -222,28 +231,74 @@ impl<S: PolicySource> Attributor<S> {
         }
     }
 
-    /// Re-queries the cgroup's programs; re-reads the policy only if they changed.
+    /// Re-queries the cgroup's programs; re-reads the policy only if they
+    /// changed. A cgroup seen for the first time may inherit its parent's.
     fn refresh(&mut self, id: u64, cgroup: &Path) -> anyhow::Result<()> {
-        let current = self.source.program_ids(cgroup)?;
-        match self.policies.get_mut(&id) {
-            Some(cached) if cached.ids == current => cached.checked = Instant::now(),
-            _ => {
-                let policy = self.source.policy(cgroup)?;
-                if self.policies.len() >= POLICIES_CAPACITY {
-                    self.policies.clear();
+        let inherited = if self.policies.contains_key(&id) {
+            None
+        } else {
+            self.inherited(cgroup)?
+        };
+        let (ids, policy) = match inherited {
+            Some(inherited) => inherited,
+            None => {
+                let current = self.source.program_ids(cgroup)?;
+                if let Some(cached) = self.policies.get_mut(&id).filter(|c| c.ids == current) {
+                    cached.checked = Instant::now();
+                    return Ok(());
                 }
-                self.policies.insert(
-                    id,
-                    CachedPolicy {
-                        ids: current,
-                        policy,
-                        checked: Instant::now(),
-                        answers: FxHashMap::default(),
-                    },
-                );
+                let policy = self.source.policy(cgroup, &current)?;
+                (current, policy)
             }
+        };
+        if self.policies.len() >= POLICIES_CAPACITY {
+            self.policies.clear();
         }
+        self.policies.insert(
+            id,
+            CachedPolicy {
+                ids,
+                policy,
+                checked: Instant::now(),
+                answers: FxHashMap::default(),
+            },
+        );
         Ok(())
+    }
+
+    /// The policy of a cgroup with no device programs of its own: exactly
+    /// its parent's, as the kernel computes what is in force. One query of
+    /// the cgroup instead of one per level up to the root: each waits on the
+    /// kernel's cgroup lock, which a tenant making cgroups fast holds most
+    /// of the time, and its new cgroups must not cost more than they cost
+    /// the tenant. The parent's policy is trusted for RECHECK_AFTER, like
+    /// any cgroup's.
+    fn inherited(&mut self, cgroup: &Path) -> anyhow::Result<Option<(Vec<u32>, CgroupPolicy)>> {
+        let Some(parent) = cgroup.parent() else {
+            return Ok(None);
+        };
+        if !self.source.own_program_ids(cgroup)?.is_empty() {
+            return Ok(None);
+        }
+        let fresh = self
+            .parents
+            .get(parent)
+            .is_some_and(|(at, _)| at.elapsed() < RECHECK_AFTER);
+        if !fresh {
+            let ids = self.source.program_ids(parent)?;
+            let policy = self.source.policy(parent, &ids)?;
+            if self.parents.len() >= PARENTS_CAPACITY {
+                self.parents.clear();
+            }
+            self.parents
+                .insert(parent.to_path_buf(), (Instant::now(), (ids, policy)));
+        }
+        let (_, (ids, policy)) = &self.parents[parent];
+        let policy = CgroupPolicy {
+            cgroup: cgroup.to_string_lossy().into_owned(),
+            programs: policy.programs.clone(),
+        };
+        Ok(Some((ids.clone(), policy)))
     }
 }
 
@@ -315,7 +370,14 @@ mod tests {
         fn program_ids(&mut self, _: &Path) -> anyhow::Result<Vec<u32>> {
             Ok(self.programs.iter().map(|p| p.id).collect())
         }
-        fn policy(&mut self, cgroup: &Path) -> anyhow::Result<CgroupPolicy> {
+        fn own_program_ids(&mut self, cgroup: &Path) -> anyhow::Result<Vec<u32>> {
+            let own = self
+                .programs
+                .iter()
+                .filter(|p| Path::new(&p.attached_at) == cgroup);
+            Ok(own.map(|p| p.id).collect())
+        }
+        fn policy(&mut self, cgroup: &Path, _: &[u32]) -> anyhow::Result<CgroupPolicy> {
             self.policy_reads.set(self.policy_reads.get() + 1);
             Ok(CgroupPolicy {
                 cgroup: cgroup.display().to_string(),
@@ -396,6 +458,28 @@ mod tests {
             first.denied_by.as_ref().expect("culprit"),
             again.denied_by.as_ref().expect("culprit")
         ));
+    }
+
+    #[test]
+    fn cgroups_without_programs_of_their_own_run_their_parents_read_once() {
+        let mut attributor = Attributor::with_source(Recorded::denying(509));
+        for (n, child) in ["/lxc/200/a", "/lxc/200/b"].into_iter().enumerate() {
+            let mut r = record(
+                child,
+                "/dev/nvidia-uvm",
+                509,
+                0,
+                Verdict::DeniedLayerUnknown,
+                -libc::EPERM,
+            );
+            r.access.cgroup_id = 7_000 + n as u64;
+            attributor.attribute(&mut r);
+            assert!(matches!(
+                &**r.denied_by.expect("a culprit"),
+                DeniedBy::Program { id: 920, attached_at, .. } if attached_at == "/lxc/200"
+            ));
+        }
+        assert_eq!(attributor.source.policy_reads.get(), 1);
     }
 
     #[test]

@@ -19,8 +19,15 @@ pub trait PolicySource {
     /// The ids of the programs in force on `cgroup` (relative to the cgroup2
     /// mount), observers included: cheap, to tell whether they changed.
     fn program_ids(&mut self, cgroup: &std::path::Path) -> anyhow::Result<Vec<u32>>;
-    /// The policy in force on `cgroup`, programs in the kernel's order.
-    fn policy(&mut self, cgroup: &std::path::Path) -> anyhow::Result<CgroupPolicy>;
+    /// The ids of the programs attached at `cgroup` itself.
+    fn own_program_ids(&mut self, cgroup: &std::path::Path) -> anyhow::Result<Vec<u32>>;
+    /// The policy in force on `cgroup` made of `effective`, the ids
+    /// `program_ids` just gave, in the kernel's order.
+    fn policy(
+        &mut self,
+        cgroup: &std::path::Path,
+        effective: &[u32],
+    ) -> anyhow::Result<CgroupPolicy>;
     /// Process `pid`'s v1 devices.list; None without a v1 devices controller.
     fn devices_list(&mut self, pid: u32) -> io::Result<Option<DevicesList>>;
 }
@@ -40,14 +47,28 @@ impl LiveHost {
     }
 }
 
+impl LiveHost {
+    fn query(&self, cgroup: &std::path::Path, effective: bool) -> anyhow::Result<Vec<u32>> {
+        let dir = self.mount.join(cgroup.strip_prefix("/").unwrap_or(cgroup));
+        Ok(device_programs(File::open(&dir)?, effective)?.program_ids)
+    }
+}
+
 impl PolicySource for LiveHost {
     fn program_ids(&mut self, cgroup: &std::path::Path) -> anyhow::Result<Vec<u32>> {
-        let dir = self.mount.join(cgroup.strip_prefix("/").unwrap_or(cgroup));
-        Ok(device_programs(File::open(&dir)?, true)?.program_ids)
+        self.query(cgroup, true)
     }
 
-    fn policy(&mut self, cgroup: &std::path::Path) -> anyhow::Result<CgroupPolicy> {
-        CgroupPolicy::read(&self.mount, cgroup, &mut self.programs)
+    fn own_program_ids(&mut self, cgroup: &std::path::Path) -> anyhow::Result<Vec<u32>> {
+        self.query(cgroup, false)
+    }
+
+    fn policy(
+        &mut self,
+        cgroup: &std::path::Path,
+        effective: &[u32],
+    ) -> anyhow::Result<CgroupPolicy> {
+        CgroupPolicy::of_programs(&self.mount, cgroup, effective, &mut self.programs)
     }
 
     fn devices_list(&mut self, pid: u32) -> io::Result<Option<DevicesList>> {

@@ -4,7 +4,7 @@
 //! access.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs::File,
     path::{Path, PathBuf},
     rc::Rc,
@@ -124,34 +124,55 @@ impl CgroupPolicy {
     /// observers are left out (see own_programs.rs): they allow everything
     /// by construction.
     pub fn read(mount: &Path, cgroup: &Path, cache: &mut ProgramCache) -> anyhow::Result<Self> {
-        let relative = Path::new("/").join(cgroup.strip_prefix("/").unwrap_or(cgroup));
-        let dir = mount.join(relative.strip_prefix("/").expect("made absolute above"));
+        let dir = mount.join(
+            relative_to_mount(cgroup)
+                .strip_prefix("/")
+                .expect("absolute"),
+        );
         let effective = device_programs(open_dir(&dir)?, true)
             .with_context(|| format!("querying the device programs of {}", dir.display()))?;
-        let where_attached = attachment_levels(mount, &relative)?;
-        let mut programs = Vec::new();
+        Self::of_programs(mount, cgroup, &effective.program_ids, cache)
+    }
+
+    /// The policy made of `effective`, the programs the kernel just listed
+    /// as in force on `cgroup`, in its order.
+    pub fn of_programs(
+        mount: &Path,
+        cgroup: &Path,
+        effective: &[u32],
+        cache: &mut ProgramCache,
+    ) -> anyhow::Result<Self> {
+        let relative = relative_to_mount(cgroup);
+        let dumps: Vec<(u32, CachedProgram)> = effective
+            .iter()
+            .filter_map(|&id| Some((id, cache.get(id)?)))
+            .collect();
+        let wanted: HashSet<u32> = dumps.iter().map(|(id, _)| *id).collect();
+        let where_attached = attachment_levels(mount, &relative, wanted)?;
         let clock = BootClock::now();
-        for id in effective.program_ids {
-            let Some(dump) = cache.get(id) else { continue };
-            let (attached_at, flags) = where_attached
-                .get(&id)
-                .cloned()
-                .unwrap_or_else(|| ("?".into(), 0));
-            programs.push(PolicyProgram {
-                writer: None,
-                id,
-                name: dump.name,
-                tag: dump.tag,
-                attached_at,
-                attach_mode: attach_mode(flags),
-                loaded_at: chrono::DateTime::<chrono::Utc>::from(
-                    clock.wall_time(dump.loaded_boot_ns),
-                )
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                loaded_boot_ns: dump.loaded_boot_ns,
-                insns: dump.insns,
-            });
-        }
+        let programs = dumps
+            .into_iter()
+            .map(|(id, dump)| {
+                let (attached_at, flags) = where_attached
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| ("?".into(), 0));
+                PolicyProgram {
+                    writer: None,
+                    id,
+                    name: dump.name,
+                    tag: dump.tag,
+                    attached_at,
+                    attach_mode: attach_mode(flags),
+                    loaded_at: chrono::DateTime::<chrono::Utc>::from(
+                        clock.wall_time(dump.loaded_boot_ns),
+                    )
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    loaded_boot_ns: dump.loaded_boot_ns,
+                    insns: dump.insns,
+                }
+            })
+            .collect();
         Ok(Self {
             cgroup: relative.to_string_lossy().into_owned(),
             programs,
@@ -163,24 +184,40 @@ impl CgroupPolicy {
     }
 }
 
-/// For each program attached along the path from `cgroup` up to the root:
-/// the cgroup it is attached at and that cgroup's attach flags.
-fn attachment_levels(mount: &Path, cgroup: &Path) -> anyhow::Result<HashMap<u32, (String, u32)>> {
+/// For each of the `wanted` programs: the cgroup it is attached at, the
+/// nearest along the path from `cgroup` up to the root, and that cgroup's
+/// attach flags. The walk stops once all are found: each level is a query
+/// that waits on the kernel's cgroup lock, which a tenant making cgroups
+/// holds often, so a container's cgroup should not cost the levels above
+/// its policy.
+fn attachment_levels(
+    mount: &Path,
+    cgroup: &Path,
+    mut wanted: HashSet<u32>,
+) -> anyhow::Result<HashMap<u32, (String, u32)>> {
     let mut levels = HashMap::new();
     let mut level = Some(cgroup.to_path_buf());
-    while let Some(relative) = level {
+    while let Some(relative) = level.filter(|_| !wanted.is_empty()) {
         let dir = mount.join(relative.strip_prefix("/").unwrap_or(&relative));
         let attached = device_programs(open_dir(&dir)?, false).with_context(|| {
             format!("querying the device programs attached at {}", dir.display())
         })?;
         for id in attached.program_ids {
-            levels
-                .entry(id)
-                .or_insert_with(|| (relative.to_string_lossy().into_owned(), attached.flags));
+            if wanted.remove(&id) {
+                levels.insert(
+                    id,
+                    (relative.to_string_lossy().into_owned(), attached.flags),
+                );
+            }
         }
         level = relative.parent().map(PathBuf::from);
     }
     Ok(levels)
+}
+
+/// `cgroup` as a path from the cgroup2 mount's root: "/a/b".
+fn relative_to_mount(cgroup: &Path) -> PathBuf {
+    Path::new("/").join(cgroup.strip_prefix("/").unwrap_or(cgroup))
 }
 
 fn open_dir(dir: &Path) -> anyhow::Result<File> {

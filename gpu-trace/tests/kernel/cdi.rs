@@ -8,7 +8,7 @@ use gpu_trace::scenario::{DeviceNodes, OpenMode, ScratchPolicy};
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::common::{
-    assert_event_says, check_json_with, denied_open, kernel_test, scratch_cgroup, test_name,
+    assert_event_says, check_json_with, denied_open, kernel_test, or_skip, scratch_cgroup,
     uvm_standin, Watcher,
 };
 
@@ -31,9 +31,7 @@ fn spec_dir(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let (major, nodes) = uvm_node();
     let uvm = nodes.path("nvidia-uvm");
     // Written before a driver update: the old major, and a node since gone.
@@ -94,9 +92,7 @@ fn check_names_cdi_spec_entries_that_no_longer_match_the_host() {
 
 #[test]
 fn watch_names_the_stale_cdi_spec_behind_a_denied_node() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let (major, nodes) = uvm_node();
     let uvm = nodes.path("nvidia-uvm");
     // The spec injected this node (same path in the container) with last

@@ -15,7 +15,7 @@ use nix::{
     unistd::Pid,
 };
 
-use crate::common::{gpu_trace, incident_test, test_name, Incident, IncidentInTests, WAIT};
+use crate::common::{gpu_trace, incident_test, or_skip, Incident, IncidentInTests, WAIT};
 
 /// What `script` typed out while `watch ARGS` saw one denied open of the
 /// incident's uvm node; `pty`: on a pseudo-terminal, else through a pipe.
@@ -103,9 +103,7 @@ fn watch_output(incident: &Incident, pty: bool, env: &[(&str, &str)], args: &[&s
 
 #[test]
 fn watch_colours_a_terminal_and_nothing_else() {
-    let Some(incident) = incident_test(test_name!(), "colour") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "colour");
     let red_denied = "\u{1b}[1m\u{1b}[31mDENIED \u{1b}[0m";
     let green_fix = "\u{1b}[1m\u{1b}[32mfix (";
 

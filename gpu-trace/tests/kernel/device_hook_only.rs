@@ -25,9 +25,7 @@ fn loaded_open_programs() -> Vec<String> {
 
 #[test]
 fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
-    let Some(incident) = incident_test(test_name!(), "hook-only") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "hook-only");
     let made = incident.nodes.path("made-nvidia-uvm");
     let watcher = incident.watch(&["--format", "json", "--device-hook-only"]);
     let stderr = watcher.stderr_seen.clone();
@@ -98,9 +96,7 @@ fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
 
 #[test]
 fn mknod_outside_open_calls_is_reported_with_its_path() {
-    let Some(incident) = incident_test(test_name!(), "mknod-path") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "mknod-path");
     let made = incident.nodes.path("made-nvidia-uvm");
     let watcher = incident.watch(&["--format", "json"]);
     let child = run_probe(

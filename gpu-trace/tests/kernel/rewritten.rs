@@ -16,7 +16,7 @@ use gpu_trace::scenario::{
 use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::common::{
-    check_json_with, gpu_trace, kernel_test, scratch_cgroup, test_name, uvm_standin, Watcher,
+    check_json_with, gpu_trace, kernel_test, or_skip, scratch_cgroup, uvm_standin, Watcher,
 };
 
 /// `sleep` moved into `cgroup`: the cgroup's first process.
@@ -41,9 +41,7 @@ fn written_after_start(cgroup: &ScratchCgroup) -> Vec<serde_json::Value> {
 
 #[test]
 fn check_flags_a_policy_written_after_its_cgroup_started() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let rules = [(uvm_standin(), ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)];
 
     // The container's process first, its rules 3 s later: a rewrite.
@@ -72,9 +70,7 @@ fn check_flags_a_policy_written_after_its_cgroup_started() {
 
 #[test]
 fn watch_names_a_denial_by_rules_written_after_the_start_a_rewrite() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let major = uvm_standin();
     let rules = [(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)];
     let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use crate::common::{gpu_trace, kernel_test, test_name, Incident, IncidentInTests, Watcher};
+use crate::common::{gpu_trace, kernel_test, or_skip, Incident, IncidentInTests, Watcher};
 
 const UNIT: &str = include_str!("../../../contrib/gpu-trace.service");
 
@@ -59,9 +59,7 @@ fn bounding_mask(pid: u32) -> u64 {
 
 #[test]
 fn watch_works_with_exactly_the_units_capabilities() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let caps = unit_capabilities();
     let want: u64 = caps
         .iter()

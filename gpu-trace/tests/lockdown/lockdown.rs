@@ -10,7 +10,7 @@ use std::process::Command;
 use gpu_trace::host::preflight::{lockdown_in_force, LOCKDOWN};
 
 use crate::common::{
-    check_json_with, gpu_trace, kernel_test, test_name, Incident, IncidentInTests,
+    check_json_with, gpu_trace, kernel_test, or_skip, test_name, Incident, IncidentInTests,
 };
 
 /// True when the kernel is in confidentiality lockdown; otherwise says why
@@ -33,11 +33,8 @@ fn locked_down(name: &str) -> bool {
 
 #[test]
 fn lockdown_is_one_line_that_says_what_still_works() {
-    let name = test_name!();
-    let Some(host) = kernel_test(name) else {
-        return;
-    };
-    if !locked_down(name) {
+    let host = or_skip!(kernel_test);
+    if !locked_down(test_name!()) {
         return;
     }
     for args in [

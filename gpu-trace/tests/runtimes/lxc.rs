@@ -224,9 +224,7 @@ fn report_of(stderr: &str) -> Value {
 
 #[test]
 fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
-    let Some(_host) = lxc_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(lxc_test);
     let (nodes, major) = stand_in_nodes();
     let container = LxcContainer::new(
         "launch",
@@ -284,9 +282,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
 
 #[test]
 fn run_with_container_reproduces_under_its_policy_from_the_host() {
-    let Some(host) = lxc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(lxc_test);
     let (nodes, major) = stand_in_nodes();
     let mut container = LxcContainer::new(
         "host",

@@ -143,9 +143,7 @@ fn runc_v2_matching_the_kernel(
 
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
-    let Some(host) = runc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(runc_test);
     let (container, policy) = runc_v2_matching_the_kernel(&host, "runc-v2");
     assert!(
         policy
@@ -158,9 +156,7 @@ fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
 
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
-    let Some(host) = runc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(runc_test);
     let _harden = JitHarden::set("2");
     let (_container, policy) = runc_v2_matching_the_kernel(&host, "runc-hardened");
     assert!(
@@ -171,9 +167,7 @@ fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
 
 #[test]
 fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
-    let Some(_host) = runc_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(runc_test);
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     let Some(v1_devices) =
         gpu_trace::host::mountinfo::v1_controller_mount_in(&mountinfo, "devices")

@@ -56,6 +56,20 @@ macro_rules! test_name {
 }
 pub(crate) use test_name;
 
+/// What `check` finds for this test (its host, its incident, its lab...),
+/// or a return from the test when `check` says (on stderr) that it cannot
+/// run here. `check` takes the test's name, then `args`:
+/// `let incident = or_skip!(incident_test, "fold");`.
+macro_rules! or_skip {
+    ($check:path $(, $arg:expr)* $(,)?) => {
+        match $check($crate::common::test_name!() $(, $arg)*) {
+            Some(found) => found,
+            None => return,
+        }
+    };
+}
+pub(crate) use or_skip;
+
 /// The host, or None (with the reason printed) when this test cannot run.
 pub fn kernel_test(name: &str) -> Option<Host> {
     match check_host() {

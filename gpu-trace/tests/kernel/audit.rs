@@ -1,24 +1,12 @@
 //! `watch` as an audit logger: folding repeats, log rotation with SIGHUP,
 //! and the filters.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
-    thread,
-    time::Duration,
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
 };
 
-use gpu_trace::scenario::{run_probe, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy};
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
+use gpu_trace::scenario::ProbeOutcome;
 
 use crate::common::*;
 

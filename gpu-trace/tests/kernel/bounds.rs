@@ -3,15 +3,9 @@
 //! subtree delegated to it the way systemd delegates, against the real
 //! binary, and asserts on what watch keeps and writes.
 
-use std::{
-    fs,
-    os::unix::{
-        fs::{chown, MetadataExt},
-        process::CommandExt,
-    },
-    path::{Path, PathBuf},
-    process::Command,
-    time::{Duration, Instant},
+use std::os::unix::{
+    fs::{chown, MetadataExt},
+    process::CommandExt,
 };
 
 use gpu_trace::scenario::run_probe_in;

@@ -2,15 +2,7 @@
 //! number differs from the host's node, or whose path is gone, and `watch`
 //! names the stale spec behind a denied node.
 
-use std::{fs, path::PathBuf};
-
-use gpu_trace::scenario::{DeviceNodes, OpenMode, ScratchCgroup, ScratchPolicy};
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-
-use crate::common::{
-    assert_event_says, check_json_with, denied_open, kernel_test, or_skip, scratch_cgroup,
-    uvm_standin, Watcher,
-};
+use crate::common::*;
 
 /// Written before a driver update: the old major, and a node since gone.
 const STALE_YAML: &str = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia-uvm\n      hostPath: {uvm}\n      major: {old_major}\n      minor: 0\n    - path: /dev/nvidia-gone\n      hostPath: {nodes}/nvidia-gone\n";

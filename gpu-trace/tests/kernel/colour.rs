@@ -4,18 +4,10 @@
 
 use std::{
     io::Read,
-    process::{Command, Stdio},
     sync::{Arc, Mutex},
-    thread,
-    time::Instant,
 };
 
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-
-use crate::common::{gpu_trace, incident_test, or_skip, Incident, IncidentInTests, WAIT};
+use crate::common::*;
 
 /// What `script` typed out while `watch ARGS` saw one denied open of the
 /// incident's uvm node; `pty`: on a pseudo-terminal, else through a pipe.

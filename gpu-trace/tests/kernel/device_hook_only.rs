@@ -2,11 +2,8 @@
 //! the path read from the syscall's saved registers, and the open-syscall
 //! tracepoints stay out of the kernel.
 
-use std::path::Path;
-
-use gpu_trace::scenario::{run_probe, ProbeOp, PROBE_COMM};
+use gpu_trace::scenario::PROBE_COMM;
 use gpu_trace_common::program;
-use serde_json::Value;
 
 use crate::common::*;
 

@@ -1,14 +1,9 @@
 //! The device hooks: which one start-up picks, the fallbacks, and every
 //! hook the kernel loads reporting the same events for the same accesses.
 
-use std::{path::Path, process::Command};
-
 use aya::util::KernelVersion;
-use gpu_trace::{
-    host::v1_device_limits::V1DeviceLimits, model::access::VerdictSource, scenario::run_probe,
-};
+use gpu_trace::{host::v1_device_limits::V1DeviceLimits, model::access::VerdictSource};
 use gpu_trace_common::program;
-use serde_json::Value;
 
 use crate::common::*;
 

@@ -4,30 +4,17 @@
 //! or in a cgroup root gave a name the tenant chose (a privileged LXC
 //! container's). Asserts on what gpu-trace writes.
 
-use std::{
-    fs,
-    os::unix::fs::{chown, PermissionsExt},
-    path::{Path, PathBuf},
-    process::Command,
-    thread,
-    time::Duration,
-};
+use std::os::unix::fs::{chown, PermissionsExt};
 
 use gpu_trace::{
     kernel::bpf_sys::{attach_device_program, load_device_program},
     scenario::{
         denylist_program,
         pasted::{assert_paste_safe, MARKER},
-        run_probe_in, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup,
+        run_probe_in,
     },
     text::terminal::needs_escape,
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
 
 use crate::common::*;
 

@@ -2,14 +2,9 @@
 //! evaluator answers must be what an open() or mknod() from a child in that
 //! cgroup actually gets; and `check` built on it.
 
-use std::process::Command;
-
 use gpu_trace::{
-    host::preflight::Host,
-    kernel::programs_in_force::CgroupPolicy,
-    scenario::{ScratchCgroup, ScratchPolicy, SCRATCH_POLICY_NAME},
+    host::preflight::Host, kernel::programs_in_force::CgroupPolicy, scenario::SCRATCH_POLICY_NAME,
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{common::*, policy_grid::*};
 

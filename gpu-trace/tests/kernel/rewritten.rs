@@ -3,21 +3,9 @@
 //! a denial by it the cause rules-rewritten without having seen the
 //! device allowed before; a policy written before the process is neither.
 
-use std::{
-    fs,
-    process::{Child, Command},
-    thread,
-    time::Duration,
-};
+use std::process::Child;
 
-use gpu_trace::scenario::{
-    run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy,
-};
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-
-use crate::common::{
-    check_json_with, gpu_trace, kernel_test, or_skip, scratch_cgroup, uvm_standin, Watcher,
-};
+use crate::common::*;
 
 /// `sleep` moved into `cgroup`: the cgroup's first process.
 fn sleeper_in(cgroup: &ScratchCgroup) -> Child {

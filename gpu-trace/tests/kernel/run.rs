@@ -2,22 +2,13 @@
 //! scenario per root cause, against the real kernel.
 
 use std::{
-    fs,
     io::{BufRead, BufReader},
     os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
-    thread,
-    time::{Duration, Instant},
+    process::Output,
 };
 
-use gpu_trace::{
-    model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{run_probe, OpenMode, ProbeOp},
-};
-use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
+use gpu_trace::model::node::NVIDIA_FRONTEND_MAJOR;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-use serde_json::Value;
 
 use crate::common::*;
 

@@ -4,9 +4,7 @@
 //! policy that denied it; without CAP_SYS_ADMIN the same denial comes
 //! without its policy, so the test does depend on the set.
 
-use std::process::Command;
-
-use crate::common::{gpu_trace, kernel_test, or_skip, Incident, IncidentInTests, Watcher};
+use crate::common::*;
 
 const UNIT: &str = include_str!("../../../contrib/gpu-trace.service");
 

@@ -1,13 +1,9 @@
 //! Other vendors' node sets in `check`: ROCm needs /dev/kfd and a render
 //! node, each of which the target may open.
 
-use std::{fs, path::Path};
-
-use gpu_trace::scenario::ScratchPolicy;
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-use crate::common::{check_json_with, kernel_test, or_skip, scratch_cgroup, uvm_standin};
+use crate::common::*;
 
 #[test]
 fn check_vendor_amd_names_the_denied_kfd_and_the_missing_render_node() {

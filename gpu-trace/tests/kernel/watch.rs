@@ -1,27 +1,13 @@
 //! `watch` and the tracer core against the real kernel.
 
-use std::{
-    collections::HashSet,
-    os::unix::process::CommandExt,
-    path::Path,
-    process::Command,
-    thread,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, os::unix::process::CommandExt};
 
 use gpu_trace::{
     host::{proc_devices::CharMajors, v1_device_limits::V1DeviceLimits},
     model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{
-        run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy, PROBE_COMM,
-    },
+    scenario::PROBE_COMM,
 };
-use gpu_trace_common::{program, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
+use gpu_trace_common::program;
 
 use crate::common::*;
 

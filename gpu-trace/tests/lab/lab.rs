@@ -5,14 +5,7 @@
 //! built for its kernel and GPU_TRACE_LAB_IMAGE to a busybox image both
 //! engines hold; elsewhere they say that they skip.
 
-use std::{
-    fs,
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::{Command, Output},
-    thread,
-    time::{Duration, Instant},
-};
+use std::{os::unix::fs::PermissionsExt, process::Output};
 
 use gpu_trace::{
     kernel::bpf_sys::{
@@ -21,9 +14,8 @@ use gpu_trace::{
     },
     scenario::denylist_program,
 };
-use serde_json::Value;
 
-use crate::common::{assert_event_says, check_json_with, kernel_test, or_skip, Watcher, WAIT};
+use crate::common::*;
 
 const FRONTEND: u32 = 195;
 

@@ -5,13 +5,9 @@
 //! it, after all its other tests, and runs this module with
 //! GPU_TRACE_EXPECT_LOCKDOWN=1; elsewhere it says it skips.
 
-use std::process::Command;
-
 use gpu_trace::host::preflight::{lockdown_in_force, LOCKDOWN};
 
-use crate::common::{
-    check_json_with, gpu_trace, kernel_test, or_skip, test_name, Incident, IncidentInTests,
-};
+use crate::common::*;
 
 /// True when the kernel is in confidentiality lockdown; otherwise says why
 /// the test skips (or fails, where lockdown was expected).

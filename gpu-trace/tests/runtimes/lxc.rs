@@ -5,20 +5,9 @@
 //! layout, so the container starts in a private mount namespace with
 //! cgroup2 mounted at /sys/fs/cgroup (the hierarchy is the host's own).
 
-use std::{
-    fs,
-    os::unix::fs::symlink,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    thread,
-    time::{Duration, Instant},
-};
+use std::{os::unix::fs::symlink, process::Child};
 
-use gpu_trace::{
-    kernel::bpf_sys::device_programs,
-    scenario::{DeviceNodes, OpenMode, ProbeOp},
-};
-use serde_json::Value;
+use gpu_trace::kernel::bpf_sys::device_programs;
 
 use crate::common::*;
 

@@ -1,11 +1,6 @@
 //! The evaluator and `check` against the policies LXC itself generates for
 //! real containers (with the tests that need LXC).
 
-use std::{fs, path::Path};
-
-use gpu_trace::scenario::DeviceNodes;
-use serde_json::Value;
-
 use crate::{common::*, lxc::*, policy_grid::assert_evaluator_matches_kernel};
 
 #[test]

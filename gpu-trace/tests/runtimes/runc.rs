@@ -2,18 +2,13 @@
 //! pure cgroup2 layout (given to it in a private mount namespace), and v1
 //! devices.list rules on the hybrid layout as this host has it.
 
-use std::{
-    fs,
-    os::unix::fs::symlink,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-};
+use std::os::unix::fs::symlink;
 
 use gpu_trace::{
     cgroup::target::first_pid_in, host::proc_pid::devices_list_of, scenario::run_probe_in,
 };
 use gpu_trace_policy::V1Answer;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::{common::*, lxc::lxc_test, policy_grid::*};
 

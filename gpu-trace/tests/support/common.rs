@@ -3,13 +3,11 @@
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Child, ExitStatus},
     sync::{
         atomic::{AtomicBool, Ordering},
         mpsc, Arc, LazyLock, Mutex,
     },
-    thread,
-    time::{Duration, Instant},
 };
 
 use gpu_trace::{
@@ -17,14 +15,35 @@ use gpu_trace::{
         preflight::{check_host, Host},
         proc_devices::CharMajors,
     },
-    scenario::{incident::UVM_NODE, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
+    scenario::incident::UVM_NODE,
 };
 use gpu_trace_common::program;
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
+
+/// What the test files name again and again (files and paths, commands and
+/// signals, waits, the scenario's pieces, the access bits, gpu-trace's
+/// JSON), so that with `use crate::common::*` each imports only its own.
+pub use prelude::*;
+
+// Each test binary names a part of these.
+#[allow(unused_imports)]
+mod prelude {
+    pub use gpu_trace::scenario::{
+        run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy,
+    };
+    pub use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+    pub use nix::{
+        sys::signal::{kill, Signal},
+        unistd::Pid,
+    };
+    pub use serde_json::Value;
+    pub use std::{
+        fs,
+        path::{Path, PathBuf},
+        process::{Command, Stdio},
+        thread,
+        time::{Duration, Instant},
+    };
+}
 
 /// The gpu-trace binary under test: cargo's build, or GPU_TRACE_BIN where
 /// the tests run away from the build tree (inside a test VM).

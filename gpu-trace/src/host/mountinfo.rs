@@ -85,33 +85,35 @@ mod tests {
 33 31 0:30 / /sys/fs/cgroup/devices rw,nosuid - cgroup cgroup rw,devices
 ";
 
-    /// Mount tables and the cgroup2 mount each names: the layouts a host
-    /// may have, and a mount point with an escaped space.
-    const CGROUP2_MOUNTS: [(&str, &str, Option<&str>); 4] = [
-        ("hybrid layout", HYBRID, Some("/sys/fs/cgroup/unified")),
-        (
-            "pure v2 layout",
-            "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw\n",
-            Some("/sys/fs/cgroup"),
-        ),
-        (
-            "v1 only",
-            "33 31 0:30 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n",
-            None,
-        ),
-        (
-            "space in the mount point",
-            "40 1 0:40 / /mnt/my\\040cgroups rw - cgroup2 none rw\n",
-            Some("/mnt/my cgroups"),
-        ),
-    ];
+    /// The cgroup2 mount `text` names, as a string.
+    fn cgroup2_of(text: &str) -> Option<String> {
+        cgroup2_mount_in(text).map(|p| p.display().to_string())
+    }
 
     #[test]
-    fn finds_the_cgroup2_mount_in_each_layout() {
-        for (layout, text, mount) in CGROUP2_MOUNTS {
-            let found = cgroup2_mount_in(text).map(|p| p.display().to_string());
-            assert_eq!(found.as_deref(), mount, "{layout}");
-        }
+    fn finds_cgroup2_on_hybrid_layout() {
+        assert_eq!(
+            cgroup2_of(HYBRID).as_deref(),
+            Some("/sys/fs/cgroup/unified")
+        );
+    }
+
+    #[test]
+    fn finds_cgroup2_on_pure_v2_layout() {
+        let text = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw\n";
+        assert_eq!(cgroup2_of(text).as_deref(), Some("/sys/fs/cgroup"));
+    }
+
+    #[test]
+    fn no_cgroup2_mount_is_none() {
+        let text = "33 31 0:30 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n";
+        assert_eq!(cgroup2_of(text), None);
+    }
+
+    #[test]
+    fn unescapes_spaces_in_mount_points() {
+        let text = "40 1 0:40 / /mnt/my\\040cgroups rw - cgroup2 none rw\n";
+        assert_eq!(cgroup2_of(text).as_deref(), Some("/mnt/my cgroups"));
     }
 
     #[test]

@@ -1,24 +1,12 @@
 //! `watch` as an audit logger: folding repeats, log rotation with SIGHUP,
 //! and the filters.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
-    thread,
-    time::Duration,
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
 };
 
-use gpu_trace::scenario::{run_probe, ProbeOp, ProbeOutcome, ScratchCgroup, ScratchPolicy};
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
+use gpu_trace::scenario::ProbeOutcome;
 
 use crate::common::*;
 
@@ -50,9 +38,7 @@ fn log_dir(rotated: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
 
 #[test]
 fn ten_thousand_identical_denials_fold_into_exact_counts() {
-    let Some(incident) = incident_test(test_name!(), "fold") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "fold");
     const REPEATS: usize = 10_000;
     let ops = vec![incident.open_rw("nvidia-uvm"); REPEATS];
     let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
@@ -104,9 +90,7 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
 
 #[test]
 fn sighup_reopens_the_output_file_and_no_line_is_lost_or_torn() {
-    let Some(incident) = incident_test(test_name!(), "rotate") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "rotate");
     let (_dir, log, rotated) = log_dir("denied.jsonl.1");
     let mut watcher = incident.watch(&["--output", log.to_str().expect("utf-8"), "--fold", "0"]);
     // Batches of denials until told to stop; rotation happens in the middle.
@@ -200,9 +184,7 @@ fn assert_denials_received(watcher: Watcher, denied: usize, what: &str) {
 
 #[test]
 fn filters_narrow_the_stream() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let incident = Incident::new(&host, "filter-a");
     let other = ScratchCgroup::create(
         &host.cgroup2_mount,
@@ -272,9 +254,7 @@ fn filters_narrow_the_stream() {
 
 #[test]
 fn metrics_count_every_denial_over_http() {
-    let Some(incident) = incident_test(test_name!(), "metrics") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "metrics");
     let addr = free_local_addr();
     let major = incident.uvm_major.to_string();
     let watcher = Watcher::start(&["--format", "json", "--metrics", &addr, "--major", &major]);
@@ -378,9 +358,7 @@ fn anon_rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
-    let Some(incident) = incident_test(test_name!(), "soak") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "soak");
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("soak.jsonl");
     // Folding on, as a node agent runs: the log stays small, counts stay exact.
@@ -447,9 +425,7 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
 
 #[test]
 fn containers_started_after_watch_are_covered_without_a_restart() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let major = uvm_standin().to_string();
     let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
     // The cgroup, its policy and its process all come after watch started.
@@ -482,9 +458,7 @@ impl Drop for TinyFs {
 
 #[test]
 fn a_full_disk_is_reported_once_and_events_keep_being_counted() {
-    let Some(incident) = incident_test(test_name!(), "fulldisk") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "fulldisk");
     let fs_dir = TinyFs(tempfile::tempdir().expect("mount point"));
     nix::mount::mount(
         Some("tmpfs"),
@@ -544,9 +518,7 @@ fn summary_json(args: &[&str], stdin: &[u8]) -> Value {
 
 #[test]
 fn summary_adds_up_real_logs_rotated_gzipped_and_from_stdin() {
-    let Some(incident) = incident_test(test_name!(), "summary") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "summary");
     let (_dir, log, rotated) = log_dir("denied.jsonl.1.gz");
     let major = incident.uvm_major.to_string();
     // Two runs of watch, the first log rotated and compressed as logrotate does.

@@ -3,15 +3,9 @@
 //! subtree delegated to it the way systemd delegates, against the real
 //! binary, and asserts on what watch keeps and writes.
 
-use std::{
-    fs,
-    os::unix::{
-        fs::{chown, MetadataExt},
-        process::CommandExt,
-    },
-    path::{Path, PathBuf},
-    process::Command,
-    time::{Duration, Instant},
+use std::os::unix::{
+    fs::{chown, MetadataExt},
+    process::CommandExt,
 };
 
 use gpu_trace::scenario::run_probe_in;
@@ -124,9 +118,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn a_tenants_tree_of_long_cgroup_paths_stays_out_of_watchs_memory() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let incident = Incident::new(&host, "long-paths");
     let delegated = scratch_cgroup(&host, "long-paths-tenant");
     delegate(delegated.path());
@@ -168,9 +160,7 @@ fn a_tenants_tree_of_long_cgroup_paths_stays_out_of_watchs_memory() {
 
 #[test]
 fn a_denial_above_many_empty_cgroups_does_not_stall_anothers_line() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let incident = Incident::new(&host, "empty-cgroups");
     // The tenant's cgroup, below the incident's policy, above 100 000
     // empty cgroups of its own making (10 000 in the guests).
@@ -205,9 +195,7 @@ fn a_denial_above_many_empty_cgroups_does_not_stall_anothers_line() {
 
 #[test]
 fn check_reads_hostile_cdi_specs_within_bounds_and_says_what_it_skipped() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let specs = tempfile::tempdir().expect("temp dir");
     // Billion laughs with anchors named `&.N`: nine levels of nine copies.
     let mut laughs = String::from("l0: &.0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
@@ -260,9 +248,7 @@ fn check_reads_hostile_cdi_specs_within_bounds_and_says_what_it_skipped() {
 
 #[test]
 fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() {
-    let Some((incident, mknod_cycle)) = cycling_test(test_name!(), "minor-cycle") else {
-        return;
-    };
+    let (incident, mknod_cycle) = or_skip!(cycling_test, "minor-cycle");
     // Another cgroup below the same policy, denied once mid-flood.
     let other = incident.cgroup.path().join("other");
     fs::create_dir(&other).expect("make the other cgroup");
@@ -328,11 +314,7 @@ fn a_tenant_cycling_minors_stays_within_the_budget_and_leaves_room_for_others() 
 
 #[test]
 fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothing() {
-    let Some((host, programs)) =
-        kernel_test_with_programs(test_name!(), &["mknod_cycle", "open_paced"])
-    else {
-        return;
-    };
+    let (host, programs) = or_skip!(kernel_test_with_programs, &["mknod_cycle", "open_paced"]);
     let [mknod_cycle, open_paced] = &programs[..] else {
         unreachable!("two programs")
     };
@@ -415,9 +397,7 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
 
 #[test]
 fn ten_tenants_cycling_minors_leave_the_ring_and_the_fold_table_to_an_eleventh() {
-    let Some((incident, mknod_cycle)) = cycling_test(test_name!(), "ten-tenants") else {
-        return;
-    };
+    let (incident, mknod_cycle) = or_skip!(cycling_test, "ten-tenants");
     let scratch = tempfile::tempdir().expect("temp dir");
     let major = incident.uvm_major.to_string();
     let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
@@ -468,9 +448,7 @@ fn ten_tenants_cycling_minors_leave_the_ring_and_the_fold_table_to_an_eleventh()
 
 #[test]
 fn events_lost_to_a_full_ring_are_counted_by_cgroup_and_named() {
-    let Some((incident, mknod_cycle)) = cycling_test(test_name!(), "lost-by-cgroup") else {
-        return;
-    };
+    let (incident, mknod_cycle) = or_skip!(cycling_test, "lost-by-cgroup");
     // Every problem sent (no fold), none written (--pid 1 hides them after
     // they are received): a flood the ring buffer cannot take.
     let watcher = incident.watch(&["--format", "json", "--fold", "0", "--pid", "1"]);

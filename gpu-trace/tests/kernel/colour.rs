@@ -4,18 +4,10 @@
 
 use std::{
     io::Read,
-    process::{Command, Stdio},
     sync::{Arc, Mutex},
-    thread,
-    time::Instant,
 };
 
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-
-use crate::common::{gpu_trace, incident_test, test_name, Incident, IncidentInTests, WAIT};
+use crate::common::*;
 
 /// What `script` typed out while `watch ARGS` saw one denied open of the
 /// incident's uvm node; `pty`: on a pseudo-terminal, else through a pipe.
@@ -103,9 +95,7 @@ fn watch_output(incident: &Incident, pty: bool, env: &[(&str, &str)], args: &[&s
 
 #[test]
 fn watch_colours_a_terminal_and_nothing_else() {
-    let Some(incident) = incident_test(test_name!(), "colour") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "colour");
     let red_denied = "\u{1b}[1m\u{1b}[31mDENIED \u{1b}[0m";
     let green_fix = "\u{1b}[1m\u{1b}[32mfix (";
 

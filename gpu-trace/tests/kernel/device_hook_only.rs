@@ -2,11 +2,8 @@
 //! the path read from the syscall's saved registers, and the open-syscall
 //! tracepoints stay out of the kernel.
 
-use std::path::Path;
-
-use gpu_trace::scenario::{run_probe, ProbeOp, PROBE_COMM};
+use gpu_trace::scenario::PROBE_COMM;
 use gpu_trace_common::program;
-use serde_json::Value;
 
 use crate::common::*;
 
@@ -25,9 +22,7 @@ fn loaded_open_programs() -> Vec<String> {
 
 #[test]
 fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
-    let Some(incident) = incident_test(test_name!(), "hook-only") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "hook-only");
     let made = incident.nodes.path("made-nvidia-uvm");
     let watcher = incident.watch(&["--format", "json", "--device-hook-only"]);
     let stderr = watcher.stderr_seen.clone();
@@ -98,9 +93,7 @@ fn device_hook_only_reports_denied_opens_and_mknods_with_their_paths() {
 
 #[test]
 fn mknod_outside_open_calls_is_reported_with_its_path() {
-    let Some(incident) = incident_test(test_name!(), "mknod-path") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "mknod-path");
     let made = incident.nodes.path("made-nvidia-uvm");
     let watcher = incident.watch(&["--format", "json"]);
     let child = run_probe(

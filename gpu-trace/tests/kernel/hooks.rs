@@ -1,14 +1,9 @@
 //! The device hooks: which one start-up picks, the fallbacks, and every
 //! hook the kernel loads reporting the same events for the same accesses.
 
-use std::{path::Path, process::Command};
-
 use aya::util::KernelVersion;
-use gpu_trace::{
-    host::v1_device_limits::V1DeviceLimits, model::access::VerdictSource, scenario::run_probe,
-};
+use gpu_trace::{host::v1_device_limits::V1DeviceLimits, model::access::VerdictSource};
 use gpu_trace_common::program;
-use serde_json::Value;
 
 use crate::common::*;
 
@@ -41,9 +36,7 @@ fn announcement(args: &[&str]) -> Vec<String> {
 
 #[test]
 fn auto_picks_fexit_where_the_kernel_loads_it_and_says_so() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let fexit = fexit_loads();
     let stderr = announcement(&["--format", "json", "--opens", "full"]);
     assert_hooks_in_place(&stderr);
@@ -81,9 +74,7 @@ fn loaded_syscall_tracepoint_programs() -> Vec<String> {
 
 #[test]
 fn auto_traces_open_calls_by_the_cheapest_route_that_sees_what_this_host_can_deny() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let fexit_opens = fexit_opens_load();
     let fexit = fexit_loads();
     let watcher = Watcher::start(&["--format", "json"]);
@@ -137,9 +128,7 @@ fn auto_traces_open_calls_by_the_cheapest_route_that_sees_what_this_host_can_den
 
 #[test]
 fn observer_takes_the_verdict_from_the_errno_where_the_kernel_has_no_bpf_get_retval() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let stderr = announcement(&["--hook", "observer", "--format", "json"]);
     let kernel = KernelVersion::current().expect("kernel version");
     let retval_refused = says(
@@ -183,9 +172,7 @@ fn hook_independent(mut event: Value) -> Value {
 
 #[test]
 fn every_device_hook_reports_the_same_events() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let fexit = fexit_loads();
     let hooks: &[&str] = if fexit {
         &["fexit", "observer", "errno-observer"]

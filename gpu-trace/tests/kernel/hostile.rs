@@ -4,30 +4,17 @@
 //! or in a cgroup root gave a name the tenant chose (a privileged LXC
 //! container's). Asserts on what gpu-trace writes.
 
-use std::{
-    fs,
-    os::unix::fs::{chown, PermissionsExt},
-    path::{Path, PathBuf},
-    process::Command,
-    thread,
-    time::Duration,
-};
+use std::os::unix::fs::{chown, PermissionsExt};
 
 use gpu_trace::{
     kernel::bpf_sys::{attach_device_program, load_device_program},
     scenario::{
         denylist_program,
         pasted::{assert_paste_safe, MARKER},
-        run_probe_in, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup,
+        run_probe_in,
     },
     text::terminal::needs_escape,
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
 
 use crate::common::*;
 
@@ -141,9 +128,7 @@ fn assert_terminal_safe(text: &str) {
 
 #[test]
 fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let incident = Incident::new(&host, "hostile-names");
     open_to_tenants(&incident.nodes);
     // Root made these cgroups with names the tenant chose, as LXC does for
@@ -222,11 +207,7 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
 
 #[test]
 fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
-    let Some((incident, delegated)) =
-        tenant_test(test_name!(), "hostile-flood", "user@4242.service")
-    else {
-        return;
-    };
+    let (incident, delegated) = or_skip!(tenant_test, "hostile-flood", "user@4242.service");
     // The real container, made by root where Docker's systemd driver would.
     let victim = ChildCgroup::create(&incident.cgroup, &format!("docker-{VICTIM_ID}.scope"));
     const OPENS: u32 = 20_000;
@@ -311,9 +292,7 @@ fn a_tenant_cannot_pass_for_another_container_nor_flood_the_log() {
 
 #[test]
 fn metrics_series_are_capped_and_their_sum_exact() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let incident = Incident::new(&host, "hostile-metrics");
     const MINORS: u32 = 40;
     let names: Vec<String> = (0..MINORS).map(|m| format!("uvm{m}")).collect();
@@ -362,9 +341,7 @@ fn metrics_series_are_capped_and_their_sum_exact() {
 
 #[test]
 fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let incident = Incident::new(&host, "hostile-own");
     // The errno observer's name is cut to observe_device_ by the kernel.
     let watcher = Watcher::start(&[
@@ -402,9 +379,7 @@ fn our_own_observers_are_known_by_who_holds_them_not_by_name() {
 
 #[test]
 fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let dir = tempfile::tempdir().expect("temp dir");
     let target = dir.path().join("passwd-stand-in");
     fs::write(&target, "precious\n").expect("write target");
@@ -449,9 +424,7 @@ fn the_log_is_never_written_through_a_symlink_or_to_a_file_root_does_not_own() {
 
 #[test]
 fn check_pid_reads_the_targets_dev_inside_its_root() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     use nix::sys::stat::{makedev, mknod, Mode, SFlag};
     let node = |path: &Path, minor: u64| {
         mknod(
@@ -515,9 +488,7 @@ fn check_pid_reads_the_targets_dev_inside_its_root() {
 
 #[test]
 fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     const IDLE: usize = 1_000;
     // Room for the idle connections in this process.
     let limit = libc::rlimit {
@@ -581,9 +552,7 @@ fn idle_scrapers_neither_delay_events_nor_exhaust_descriptors() {
 
 #[test]
 fn selftest_refuses_a_shared_tmpdir_and_leaves_nothing_when_interrupted() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     // A directory anyone may write to, without the sticky bit; and one a
     // tenant owns.
     let open = tempfile::tempdir().expect("temp dir");
@@ -640,9 +609,7 @@ fn selftest_refuses_a_shared_tmpdir_and_leaves_nothing_when_interrupted() {
 /// fix allows the denied minor (195:1), never the major 195.
 #[test]
 fn a_denied_gpu_is_fixed_with_its_own_minor_never_the_whole_major() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let cgroup = scratch_cgroup(&host, "one-gpu");
     let _policy = gpu_trace::scenario::ScratchPolicy::attach(
         &cgroup,
@@ -672,10 +639,7 @@ fn a_denied_gpu_is_fixed_with_its_own_minor_never_the_whole_major() {
 
 #[test]
 fn a_tenants_look_alike_is_not_the_victim_once_its_directories_are_gone() {
-    let Some((incident, delegated)) = tenant_test(test_name!(), "gone-spoof", "user@4243.service")
-    else {
-        return;
-    };
+    let (incident, delegated) = or_skip!(tenant_test, "gone-spoof", "user@4243.service");
     let major = incident.uvm_major.to_string();
     let watcher = Watcher::start(&["--format", "json", "--fold", "0", "--major", &major]);
     // The tenant stalls watch (here: the test stops it), is denied in a
@@ -707,12 +671,8 @@ fn a_tenants_look_alike_is_not_the_victim_once_its_directories_are_gone() {
 
 #[test]
 fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
-    let Some(incident) = incident_test(test_name!(), "flip") else {
-        return;
-    };
-    let Some(flip_open) = c_program(test_name!(), "flip_open", &["-pthread"]) else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "flip");
+    let flip_open = or_skip!(c_program, "flip_open", &["-pthread"]);
     let uvm = incident.nodes.path("nvidia-uvm");
     let uvm = uvm.to_str().expect("UTF-8");
     // The same length, different in its first 32 bytes, and not there.

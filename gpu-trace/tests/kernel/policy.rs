@@ -2,14 +2,9 @@
 //! evaluator answers must be what an open() or mknod() from a child in that
 //! cgroup actually gets; and `check` built on it.
 
-use std::process::Command;
-
 use gpu_trace::{
-    host::preflight::Host,
-    kernel::programs_in_force::CgroupPolicy,
-    scenario::{ScratchCgroup, ScratchPolicy, SCRATCH_POLICY_NAME},
+    host::preflight::Host, kernel::programs_in_force::CgroupPolicy, scenario::SCRATCH_POLICY_NAME,
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 
 use crate::{common::*, policy_grid::*};
 
@@ -39,9 +34,7 @@ fn generated_policy_against_the_kernel(
 
 #[test]
 fn evaluator_matches_the_kernel_for_a_generated_policy() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let (cgroup, policy, read) = generated_policy_against_the_kernel(&host, "eval-generated");
     assert_eq!(read.programs.len(), 1, "{read:#?}");
     assert_eq!(Some(read.programs[0].id), policy.program_id());
@@ -58,9 +51,7 @@ fn evaluator_matches_the_kernel_for_a_generated_policy() {
 
 #[test]
 fn evaluator_matches_the_kernel_under_a_hardened_jit() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let _harden = JitHarden::set("2");
     let (_cgroup, _policy, read) = generated_policy_against_the_kernel(&host, "eval-hardened");
     assert!(blinded(&read), "the kernel blinded the policy: {read:#?}");
@@ -68,9 +59,7 @@ fn evaluator_matches_the_kernel_under_a_hardened_jit() {
 
 #[test]
 fn check_exits_2_on_a_bad_target() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let output = Command::new(gpu_trace())
         .args(["check", "--cgroup", "/no/such/gpu-trace/cgroup"])
         .output()

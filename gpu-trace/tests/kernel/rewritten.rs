@@ -3,21 +3,9 @@
 //! a denial by it the cause rules-rewritten without having seen the
 //! device allowed before; a policy written before the process is neither.
 
-use std::{
-    fs,
-    process::{Child, Command},
-    thread,
-    time::Duration,
-};
+use std::process::Child;
 
-use gpu_trace::scenario::{
-    run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy,
-};
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-
-use crate::common::{
-    check_json_with, gpu_trace, kernel_test, scratch_cgroup, test_name, uvm_standin, Watcher,
-};
+use crate::common::*;
 
 /// `sleep` moved into `cgroup`: the cgroup's first process.
 fn sleeper_in(cgroup: &ScratchCgroup) -> Child {
@@ -41,9 +29,7 @@ fn written_after_start(cgroup: &ScratchCgroup) -> Vec<serde_json::Value> {
 
 #[test]
 fn check_flags_a_policy_written_after_its_cgroup_started() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let rules = [(uvm_standin(), ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)];
 
     // The container's process first, its rules 3 s later: a rewrite.
@@ -72,9 +58,7 @@ fn check_flags_a_policy_written_after_its_cgroup_started() {
 
 #[test]
 fn watch_names_a_denial_by_rules_written_after_the_start_a_rewrite() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let major = uvm_standin();
     let rules = [(major, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)];
     let nodes = DeviceNodes::create(&[("nvidia-uvm", major, 0)]).expect("mknod");

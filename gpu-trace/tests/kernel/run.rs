@@ -2,22 +2,13 @@
 //! scenario per root cause, against the real kernel.
 
 use std::{
-    fs,
     io::{BufRead, BufReader},
     os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
-    thread,
-    time::{Duration, Instant},
+    process::Output,
 };
 
-use gpu_trace::{
-    model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{run_probe, OpenMode, ProbeOp},
-};
-use gpu_trace_common::{ACCESS_READ, ACCESS_WRITE};
+use gpu_trace::model::node::NVIDIA_FRONTEND_MAJOR;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-use serde_json::Value;
 
 use crate::common::*;
 
@@ -81,9 +72,7 @@ fn probe_in_shell(probe_args: &[String], shell_tail: &str) -> Vec<String> {
 
 #[test]
 fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
-    let Some(incident) = incident_test(test_name!(), "run-uvm") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "run-uvm");
     let cgroup = incident.cgroup.path().to_str().expect("utf-8").to_string();
     // The shell forks the probe: the report covers children, and the exit
     // status is the shell's own.
@@ -151,9 +140,7 @@ fn run_reports_the_denied_uvm_open_with_cause_fix_and_the_child_status() {
 
 #[test]
 fn run_follows_grandchildren_and_ignores_unrelated_processes() {
-    let Some(incident) = incident_test(test_name!(), "run-tree") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "run-tree");
     let go = incident.nodes.dir().join("go");
     let uvm = incident.open_rw("nvidia-uvm");
     let grandchild = [ProbeOp::WaitFor { path: go.clone() }.to_arg(), uvm.to_arg()];
@@ -217,9 +204,7 @@ fn run_probe_in(incident: &Incident, ops: &[String]) -> Command {
 
 #[test]
 fn run_names_rules_rewritten_while_the_process_ran() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let mut incident = Incident::new(&host, "run-rewrite");
     let go = incident.nodes.dir().join("go");
     let ops = [
@@ -260,9 +245,7 @@ fn run_names_rules_rewritten_while_the_process_ran() {
 
 #[test]
 fn run_names_a_stale_major_from_todays_proc_devices() {
-    let Some(incident) = incident_test(test_name!(), "run-stale") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "run-stale");
     // Today nvidia-uvm has another major than the node (and the policy's deny
     // rule) carry: as after a driver update. gpu-trace reads it from a copy.
     let today = incident.uvm_major - 3;
@@ -303,9 +286,7 @@ fn run_names_a_stale_major_from_todays_proc_devices() {
 
 #[test]
 fn run_watches_a_driver_loaded_while_the_command_runs() {
-    let Some(incident) = incident_test(test_name!(), "run-late-driver") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "run-late-driver");
     // The launch run traces is what loads nvidia-uvm (nvidia-modprobe at
     // the first CUDA call): at start its major is in no list.
     let proc_devices = incident.nodes.dir().join("devices");
@@ -372,9 +353,7 @@ fn run_watches_a_driver_loaded_while_the_command_runs() {
 
 #[test]
 fn run_names_a_missing_node() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     if Path::new("/dev/nvidia-uvm").exists() {
         eprintln!("skipping run_names_a_missing_node: this host has /dev/nvidia-uvm");
         return;
@@ -403,9 +382,7 @@ fn run_names_a_missing_node() {
 
 #[test]
 fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
-    let Some(incident) = incident_test(test_name!(), "run-unwatched") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "run-unwatched");
     // The denied stand-in major, not passed with --major: a node left with
     // an old major, say. Its path alone makes it worth reporting.
     let node = DevNode::create(incident.uvm_major, 0, 0o666);
@@ -434,9 +411,7 @@ fn run_reports_failed_opens_under_dev_nvidia_even_for_unwatched_majors() {
 
 #[test]
 fn run_names_file_permissions_not_the_policy() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let node = DevNode::create(NVIDIA_FRONTEND_MAJOR, 250, 0o600);
     let open = ProbeOp::Open {
         path: node.0.clone(),
@@ -465,9 +440,7 @@ fn run_names_file_permissions_not_the_policy() {
 
 #[test]
 fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     // crw-rw---- root:video (44), as a render node or a driver with
     // NVreg_DeviceFileGID set has it.
     let node = DevNode::create(NVIDIA_FRONTEND_MAJOR, 251, 0o660);
@@ -489,9 +462,7 @@ fn run_names_the_group_a_process_lacks_for_a_group_only_node() {
 
 #[test]
 fn run_names_a_cgroup_v1_devices_list_denial() {
-    let Some((major, v1, v2, nodes)) = v1_denial(test_name!(), "run-v1", "run-v1") else {
-        return;
-    };
+    let (major, v1, v2, nodes) = or_skip!(v1_denial, "run-v1", "run-v1");
     let open = ProbeOp::Open {
         path: nodes.path("nvidia-uvm"),
         mode: OpenMode::Read,
@@ -526,9 +497,7 @@ fn run_names_a_cgroup_v1_devices_list_denial() {
 
 #[test]
 fn run_of_a_missing_command_exits_127() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let output = gpu_trace_run(&[], &["/nonexistent/gpu-trace-test-cmd".into()]);
     assert_eq!(
         output.status.code(),
@@ -573,9 +542,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let before = crate::watch::gpu_trace_program_ids();
     let run = Command::new(gpu_trace())
         .args(["run", "--", "sh", "-c", "sleep 1; exit 7"])
@@ -611,9 +578,7 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
 
 #[test]
 fn run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let made_dri = !Path::new("/dev/dri").exists();
     if made_dri {
         fs::create_dir("/dev/dri").expect("make /dev/dri");

@@ -4,9 +4,7 @@
 //! policy that denied it; without CAP_SYS_ADMIN the same denial comes
 //! without its policy, so the test does depend on the set.
 
-use std::process::Command;
-
-use crate::common::{gpu_trace, kernel_test, test_name, Incident, IncidentInTests, Watcher};
+use crate::common::*;
 
 const UNIT: &str = include_str!("../../../contrib/gpu-trace.service");
 
@@ -59,9 +57,7 @@ fn bounding_mask(pid: u32) -> u64 {
 
 #[test]
 fn watch_works_with_exactly_the_units_capabilities() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let caps = unit_capabilities();
     let want: u64 = caps
         .iter()

@@ -1,19 +1,13 @@
 //! Other vendors' node sets in `check`: ROCm needs /dev/kfd and a render
 //! node, each of which the target may open.
 
-use std::{fs, path::Path};
-
-use gpu_trace::scenario::ScratchPolicy;
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-use crate::common::{check_json_with, kernel_test, scratch_cgroup, test_name, uvm_standin};
+use crate::common::*;
 
 #[test]
 fn check_vendor_amd_names_the_denied_kfd_and_the_missing_render_node() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     if Path::new("/dev/kfd").exists() || Path::new("/dev/dri").exists() {
         crate::skip::cannot_run(
             "check_vendor_amd_names_the_denied_kfd_and_the_missing_render_node",

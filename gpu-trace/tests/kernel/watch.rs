@@ -1,35 +1,19 @@
 //! `watch` and the tracer core against the real kernel.
 
-use std::{
-    collections::HashSet,
-    os::unix::process::CommandExt,
-    path::Path,
-    process::Command,
-    thread,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, os::unix::process::CommandExt};
 
 use gpu_trace::{
     host::{proc_devices::CharMajors, v1_device_limits::V1DeviceLimits},
     model::node::NVIDIA_FRONTEND_MAJOR,
-    scenario::{
-        run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy, PROBE_COMM,
-    },
+    scenario::PROBE_COMM,
 };
-use gpu_trace_common::{program, ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
+use gpu_trace_common::program;
 
 use crate::common::*;
 
 #[test]
 fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
-    let Some(incident) = incident_test(test_name!(), "denied") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "denied");
     let watcher = incident.watch(&["--format", "json", "--opens", "full"]);
 
     let child = run_probe(
@@ -96,9 +80,7 @@ fn denied_open_is_reported_once_with_its_cgroup_process_device_and_errno() {
 
 #[test]
 fn a_32_bit_process_denied_is_reported_once_with_its_path() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let Some(open32) = c_program(
         "a_32_bit_process_denied_is_reported_once",
         "open32",
@@ -128,9 +110,7 @@ fn a_32_bit_process_denied_is_reported_once_with_its_path() {
 
 #[test]
 fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     // Before 5.12 io_uring's workers were kernel threads outside the
     // submitter's cgroup: its device policy did not apply to them.
     if aya::util::KernelVersion::current().expect("kernel version")
@@ -175,9 +155,7 @@ fn a_denied_open_by_io_urings_worker_is_reported_not_lost() {
 
 #[test]
 fn an_open_refused_by_file_mode_is_not_given_an_earlier_opens_device() {
-    let Some(incident) = incident_test(test_name!(), "reuse") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "reuse");
     // A node the probe's user may not open: refused by its mode, before
     // any device check.
     let locked = incident.nodes.dir().join("nvidia-uvm-locked");
@@ -281,9 +259,7 @@ fn the_one_denial_of(
 
 #[test]
 fn allowed_access_is_reported_only_with_all() {
-    let Some(incident) = incident_test(test_name!(), "allowed") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "allowed");
     let major = incident.uvm_major.to_string();
     // The denied open comes last: once it is seen, the allowed one (earlier,
     // same thread) would have been seen too.
@@ -348,9 +324,7 @@ fn allowed_access_is_reported_only_with_all() {
 
 #[test]
 fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
-    let Some((major, v1, v2, nodes)) = v1_denial(test_name!(), "v1", "v1deny") else {
-        return;
-    };
+    let (major, v1, v2, nodes) = or_skip!(v1_denial, "v1", "v1deny");
 
     let watcher = full_json_watch_of(major);
     let event = &denied_by_devices_deny(watcher, &nodes, &v2, &v1);
@@ -367,9 +341,7 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
 
 #[test]
 fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let Some(v1_devices) = v1_devices_mount("auto_attaches_the_open_tracepoints") else {
         return;
     };
@@ -430,9 +402,7 @@ fn denied_by_devices_deny(
 
 #[test]
 fn observer_never_changes_a_verdict() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let denied_major = uvm_standin();
     let write_denied_major = denied_major - 1;
     let cgroup = scratch_cgroup(&host, "verdicts");
@@ -553,9 +523,7 @@ pub fn assert_unloaded_after_a_while(ours: &HashSet<u32>, failure: &str) {
 
 #[test]
 fn nothing_stays_attached_after_kill_9() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     // The device hook with both halves of openat, openat2 and open; and,
     // where the kernel has trampolines, with fexit on the open function.
     let mut routes = vec![("tracepoints", 7)];
@@ -586,9 +554,7 @@ fn nothing_stays_attached_after_kill_9() {
 
 #[test]
 fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
-    let Some(incident) = incident_test(test_name!(), "reader-gone") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "reader-gone");
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let before = gpu_trace_program_ids();
@@ -647,9 +613,7 @@ fn watch_whose_reader_goes_away_ends_with_status_0_and_detaches() {
 
 #[test]
 fn non_root_gets_exit_status_3_and_one_line() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     const NOBODY: u32 = 65534;
     let output = Command::new(gpu_trace())
         .arg("watch")
@@ -668,9 +632,7 @@ fn non_root_gets_exit_status_3_and_one_line() {
 
 #[test]
 fn selftest_passes() {
-    let Some(_host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(kernel_test);
     let output = Command::new(gpu_trace())
         .arg("selftest")
         .output()
@@ -688,9 +650,7 @@ fn selftest_passes() {
 
 #[test]
 fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     let watcher = Watcher::start(&["--format", "json", "--major", &uvm_standin().to_string()]);
     // Frozen, the watcher reads nothing until the cgroup is gone: the way a
     // failed launch's container vanishes before a busy watcher gets to it.
@@ -725,9 +685,7 @@ fn a_cgroup_removed_before_its_denial_is_read_is_still_named() {
 
 #[test]
 fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     // /proc/devices as on a ROCm host: kfd on a dynamic major. Watched by
     // default, with no --major.
     let kfd = uvm_standin();
@@ -784,9 +742,7 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
 
 #[test]
 fn a_watched_major_whose_driver_is_gone_is_reported_when_its_open_fails_enxio() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     // A GPU node of a major watched since before its driver went away (a
     // reload onto another major): no policy refuses it, no driver answers.
     // Its cause, from the node's name, is the lab's reload test's to check.
@@ -835,9 +791,7 @@ fn watched_at_ready(stderr: &[String]) -> Vec<u32> {
 
 #[test]
 fn watch_watches_a_driver_major_registered_after_start() {
-    let Some(incident) = incident_test(test_name!(), "late-driver") else {
-        return;
-    };
+    let incident = or_skip!(incident_test, "late-driver");
     // nvidia-uvm is not loaded when watch starts (nvidia-modprobe loads it
     // at the first CUDA call): its major is in no list, and not watched.
     let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
@@ -870,9 +824,7 @@ fn watch_watches_a_driver_major_registered_after_start() {
 
 #[test]
 fn watch_keeps_reporting_while_proc_devices_cannot_be_read() {
-    let Some(host) = kernel_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(kernel_test);
     // Bound over /proc/devices: text that is not the kernel's list.
     let not_the_kernels = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(not_the_kernels.path(), "not the kernel's list\n").expect("write");

@@ -5,14 +5,7 @@
 //! built for its kernel and GPU_TRACE_LAB_IMAGE to a busybox image both
 //! engines hold; elsewhere they say that they skip.
 
-use std::{
-    fs,
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::{Command, Output},
-    thread,
-    time::{Duration, Instant},
-};
+use std::{os::unix::fs::PermissionsExt, process::Output};
 
 use gpu_trace::{
     kernel::bpf_sys::{
@@ -21,9 +14,8 @@ use gpu_trace::{
     },
     scenario::denylist_program,
 };
-use serde_json::Value;
 
-use crate::common::{assert_event_says, check_json_with, kernel_test, test_name, Watcher, WAIT};
+use crate::common::*;
 
 const FRONTEND: u32 = 195;
 
@@ -319,9 +311,7 @@ const GPU_PASSED_UVM_MOUNTED: [&str; 6] = [
 
 #[test]
 fn docker_uvm_denied_while_195_allowed_is_the_incident() {
-    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, uvm) = or_skip!(lab_with_nodes);
     let watcher = Watcher::start(&["--format", "json"]);
 
     let name = "gt-lab-incident";
@@ -364,9 +354,7 @@ fn docker_uvm_denied_while_195_allowed_is_the_incident() {
 
 #[test]
 fn a_driver_loaded_after_watch_started_is_watched() {
-    let Some(lab) = lab_test(test_name!()) else {
-        return;
-    };
+    let lab = or_skip!(lab_test);
     // The audit logger starts at boot; the NVIDIA modules load later.
     let _ = Command::new("rmmod").arg("gpu_standin").output();
     assert_eq!(major_of("nvidia-uvm"), None, "the stand-in is unloaded");
@@ -395,9 +383,7 @@ fn a_driver_loaded_after_watch_started_is_watched() {
 
 #[test]
 fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
-    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, uvm) = or_skip!(lab_with_nodes);
     let name = "gt-lab-reload";
     let container = Container::start("docker", &lab, name, &UVM_MOUNTED);
     let scope = container.cgroup();
@@ -483,9 +469,7 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
 
 #[test]
 fn docker_update_makes_runc_rewrite_a_patched_policy() {
-    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, uvm) = or_skip!(lab_with_nodes);
     let name = "gt-lab-update";
     let container = Container::start("docker", &lab, name, &UVM_MOUNTED);
     let scope = container.cgroup();
@@ -528,9 +512,7 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
 
 #[test]
 fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
-    let Some(lab) = lab_test(test_name!()) else {
-        return;
-    };
+    let lab = or_skip!(lab_test);
     let driver = Driver::load(&lab, &[]);
     let old = make_nodes();
     // An audit logger that runs through the reload, beside one started after it.
@@ -629,9 +611,7 @@ fn a_driver_reload_moves_the_uvm_major_and_strands_old_nodes() {
 
 #[test]
 fn podman_and_systemd_denials_name_the_container_and_the_unit() {
-    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, uvm) = or_skip!(lab_with_nodes);
     let watcher = Watcher::start(&["--format", "json"]);
 
     let name = "gt-lab-podman";
@@ -727,9 +707,7 @@ fn service_denied(
 
 #[test]
 fn a_device_allow_name_the_driver_no_longer_has_is_named() {
-    let Some(lab) = lab_test(test_name!()) else {
-        return;
-    };
+    let lab = or_skip!(lab_test);
     // Driver 550: major 195 is "nvidia", no longer "nvidia-frontend".
     let _driver = Driver::load(&lab, &["frontend=nvidia"]);
     make_nodes();
@@ -755,9 +733,7 @@ fn a_device_allow_name_the_driver_no_longer_has_is_named() {
 
 #[test]
 fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
-    let Some((_lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (_lab, _driver, uvm) = or_skip!(lab_with_nodes);
     // No dash: systemd nests "a-b.slice" under "a.slice".
     let slice = "gtlabgpu.slice";
     let unit_file = Path::new("/run/systemd/system").join(slice);
@@ -799,9 +775,7 @@ fn a_slices_device_policy_is_named_as_the_ancestor_that_denies() {
 
 #[test]
 fn podman_with_a_second_program_at_its_scope_is_stacked() {
-    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, uvm) = or_skip!(lab_with_nodes);
     let name = "gt-lab-stacked";
     let container = Container::start("podman", &lab, name, &UVM_MOUNTED);
     // crun's program at the scope's `container` child; a hook's that allows
@@ -840,9 +814,7 @@ fn podman_with_a_second_program_at_its_scope_is_stacked() {
 
 #[test]
 fn a_runtime_config_with_no_cgroups_is_named() {
-    let Some((lab, _driver, _)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, _) = or_skip!(lab_with_nodes);
     let config = Path::new("/etc/nvidia-container-runtime/config.toml");
     fs::create_dir_all(config.parent().expect("a folder")).expect("config folder");
     fs::write(
@@ -873,9 +845,7 @@ fn a_runtime_config_with_no_cgroups_is_named() {
 
 #[test]
 fn an_apparmor_profile_that_refuses_the_node_is_named() {
-    let Some((lab, _driver, uvm)) = lab_with_nodes(test_name!()) else {
-        return;
-    };
+    let (lab, _driver, uvm) = or_skip!(lab_with_nodes);
     // Everything a container needs, less the uvm node.
     let profile = "gt-lab-no-uvm";
     let file = Path::new("/etc/apparmor.d").join(profile);
@@ -924,9 +894,7 @@ fn an_apparmor_profile_that_refuses_the_node_is_named() {
 
 #[test]
 fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
-    let Some(lab) = lab_test(test_name!()) else {
-        return;
-    };
+    let lab = or_skip!(lab_test);
     let unit_source = std::env::var("GPU_TRACE_LAB_UNIT").expect("GPU_TRACE_LAB_UNIT");
     let _driver = Driver::load(&lab, &[]);
     let uvm = make_nodes();
@@ -1001,9 +969,7 @@ fn the_packaged_unit_logs_a_denial_under_systemd_and_stops_clean() {
 
 #[test]
 fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
-    let Some(lab) = lab_test(test_name!()) else {
-        return;
-    };
+    let lab = or_skip!(lab_test);
     // The rules as a Proxmox or LXC config hard-codes them: 195 and the
     // uvm major of the day they were written.
     let driver = Driver::load(&lab, &[]);
@@ -1048,9 +1014,7 @@ fn an_lxc_config_written_before_a_driver_reload_denies_the_new_uvm_major() {
 
 #[test]
 fn a_docker_container_denied_the_real_kfd_is_amds() {
-    let Some((lab, _driver)) = lab_with_driver(test_name!(), &["kfd=1"]) else {
-        return;
-    };
+    let (lab, _driver) = or_skip!(lab_with_driver, &["kfd=1"]);
     let kfd = major_of("kfd").expect("kfd in /proc/devices");
     mknod(Path::new("/dev/kfd"), kfd, 0);
     let watcher = Watcher::start(&["--format", "json"]);

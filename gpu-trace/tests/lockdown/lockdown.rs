@@ -5,13 +5,9 @@
 //! it, after all its other tests, and runs this module with
 //! GPU_TRACE_EXPECT_LOCKDOWN=1; elsewhere it says it skips.
 
-use std::process::Command;
-
 use gpu_trace::host::preflight::{lockdown_in_force, LOCKDOWN};
 
-use crate::common::{
-    check_json_with, gpu_trace, kernel_test, test_name, Incident, IncidentInTests,
-};
+use crate::common::*;
 
 /// True when the kernel is in confidentiality lockdown; otherwise says why
 /// the test skips (or fails, where lockdown was expected).
@@ -33,11 +29,8 @@ fn locked_down(name: &str) -> bool {
 
 #[test]
 fn lockdown_is_one_line_that_says_what_still_works() {
-    let name = test_name!();
-    let Some(host) = kernel_test(name) else {
-        return;
-    };
-    if !locked_down(name) {
+    let host = or_skip!(kernel_test);
+    if !locked_down(test_name!()) {
         return;
     }
     for args in [

@@ -5,20 +5,9 @@
 //! layout, so the container starts in a private mount namespace with
 //! cgroup2 mounted at /sys/fs/cgroup (the hierarchy is the host's own).
 
-use std::{
-    fs,
-    os::unix::fs::symlink,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    thread,
-    time::{Duration, Instant},
-};
+use std::{os::unix::fs::symlink, process::Child};
 
-use gpu_trace::{
-    kernel::bpf_sys::device_programs,
-    scenario::{DeviceNodes, OpenMode, ProbeOp},
-};
-use serde_json::Value;
+use gpu_trace::kernel::bpf_sys::device_programs;
 
 use crate::common::*;
 
@@ -224,9 +213,7 @@ fn report_of(stderr: &str) -> Value {
 
 #[test]
 fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
-    let Some(_host) = lxc_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(lxc_test);
     let (nodes, major) = stand_in_nodes();
     let container = LxcContainer::new(
         "launch",
@@ -284,9 +271,7 @@ fn run_traces_a_launch_inside_an_lxc_container_and_names_the_lxc_fix() {
 
 #[test]
 fn run_with_container_reproduces_under_its_policy_from_the_host() {
-    let Some(host) = lxc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(lxc_test);
     let (nodes, major) = stand_in_nodes();
     let mut container = LxcContainer::new(
         "host",

@@ -1,18 +1,11 @@
 //! The evaluator and `check` against the policies LXC itself generates for
 //! real containers (with the tests that need LXC).
 
-use std::{fs, path::Path};
-
-use gpu_trace::scenario::DeviceNodes;
-use serde_json::Value;
-
 use crate::{common::*, lxc::*, policy_grid::assert_evaluator_matches_kernel};
 
 #[test]
 fn evaluator_matches_the_kernel_for_lxc_generated_policies() {
-    let Some(host) = lxc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(lxc_test);
     let major = uvm_standin();
     let empty = DeviceNodes::create(&[]).expect("no nodes");
     // An allow list (deny everything else) and a deny list (allow everything else), as LXC writes them.
@@ -59,9 +52,7 @@ fn check_json(target: &[&str], proc_devices: &Path) -> (Option<i32>, Value) {
 
 #[test]
 fn check_names_the_lxc_program_that_denies_uvm_and_passes_once_uvm_is_allowed() {
-    let Some(host) = lxc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(lxc_test);
     let major = uvm_standin();
     let nodes = DeviceNodes::create(&[
         ("nvidiactl", 195, 255),

@@ -2,18 +2,13 @@
 //! pure cgroup2 layout (given to it in a private mount namespace), and v1
 //! devices.list rules on the hybrid layout as this host has it.
 
-use std::{
-    fs,
-    os::unix::fs::symlink,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-};
+use std::os::unix::fs::symlink;
 
 use gpu_trace::{
     cgroup::target::first_pid_in, host::proc_pid::devices_list_of, scenario::run_probe_in,
 };
 use gpu_trace_policy::V1Answer;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::{common::*, lxc::lxc_test, policy_grid::*};
 
@@ -143,9 +138,7 @@ fn runc_v2_matching_the_kernel(
 
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
-    let Some(host) = runc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(runc_test);
     let (container, policy) = runc_v2_matching_the_kernel(&host, "runc-v2");
     assert!(
         policy
@@ -158,9 +151,7 @@ fn evaluator_matches_the_kernel_for_runcs_cgroup2_program() {
 
 #[test]
 fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
-    let Some(host) = runc_test(test_name!()) else {
-        return;
-    };
+    let host = or_skip!(runc_test);
     let _harden = JitHarden::set("2");
     let (_container, policy) = runc_v2_matching_the_kernel(&host, "runc-hardened");
     assert!(
@@ -171,9 +162,7 @@ fn evaluator_matches_the_kernel_for_runcs_program_under_a_hardened_jit() {
 
 #[test]
 fn devices_list_matches_the_kernel_for_runcs_v1_rules() {
-    let Some(_host) = runc_test(test_name!()) else {
-        return;
-    };
+    let _host = or_skip!(runc_test);
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     let Some(v1_devices) =
         gpu_trace::host::mountinfo::v1_controller_mount_in(&mountinfo, "devices")

@@ -3,13 +3,11 @@
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Child, ExitStatus},
     sync::{
         atomic::{AtomicBool, Ordering},
         mpsc, Arc, LazyLock, Mutex,
     },
-    thread,
-    time::{Duration, Instant},
 };
 
 use gpu_trace::{
@@ -17,14 +15,35 @@ use gpu_trace::{
         preflight::{check_host, Host},
         proc_devices::CharMajors,
     },
-    scenario::{incident::UVM_NODE, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup},
+    scenario::incident::UVM_NODE,
 };
 use gpu_trace_common::program;
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
-};
-use serde_json::Value;
+
+/// What the test files name again and again (files and paths, commands and
+/// signals, waits, the scenario's pieces, the access bits, gpu-trace's
+/// JSON), so that with `use crate::common::*` each imports only its own.
+pub use prelude::*;
+
+// Each test binary names a part of these.
+#[allow(unused_imports)]
+mod prelude {
+    pub use gpu_trace::scenario::{
+        run_probe, DeviceNodes, OpenMode, ProbeOp, ScratchCgroup, ScratchPolicy,
+    };
+    pub use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE};
+    pub use nix::{
+        sys::signal::{kill, Signal},
+        unistd::Pid,
+    };
+    pub use serde_json::Value;
+    pub use std::{
+        fs,
+        path::{Path, PathBuf},
+        process::{Command, Stdio},
+        thread,
+        time::{Duration, Instant},
+    };
+}
 
 /// The gpu-trace binary under test: cargo's build, or GPU_TRACE_BIN where
 /// the tests run away from the build tree (inside a test VM).
@@ -55,6 +74,20 @@ macro_rules! test_name {
     }};
 }
 pub(crate) use test_name;
+
+/// What `check` finds for this test (its host, its incident, its lab...),
+/// or a return from the test when `check` says (on stderr) that it cannot
+/// run here. `check` takes the test's name, then `args`:
+/// `let incident = or_skip!(incident_test, "fold");`.
+macro_rules! or_skip {
+    ($check:path $(, $arg:expr)* $(,)?) => {
+        match $check($crate::common::test_name!() $(, $arg)*) {
+            Some(found) => found,
+            None => return,
+        }
+    };
+}
+pub(crate) use or_skip;
 
 /// The host, or None (with the reason printed) when this test cannot run.
 pub fn kernel_test(name: &str) -> Option<Host> {

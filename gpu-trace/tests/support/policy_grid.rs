@@ -2,13 +2,11 @@
 //! mknods from a child in the cgroup, each compared with what the evaluator
 //! answers. Shared by the kernel tests and the runtimes' (LXC, runc).
 
-use std::path::Path;
-
 use gpu_trace::{
     kernel::programs_in_force::{CgroupPolicy, ProgramCache},
-    scenario::{run_probe_in, DeviceNodes, OpenMode, ProbeOp},
+    scenario::run_probe_in,
 };
-use gpu_trace_common::{ACCESS_MKNOD, ACCESS_READ, ACCESS_WRITE, DEV_TYPE_CHAR};
+use gpu_trace_common::DEV_TYPE_CHAR;
 use gpu_trace_policy::{Answer, DeviceQuery};
 
 use crate::common::*;

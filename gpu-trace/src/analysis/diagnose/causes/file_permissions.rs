@@ -59,42 +59,48 @@ fn lacks_the_only_group(g: &NodeGroup) -> bool {
 mod tests {
     use crate::{
         analysis::diagnose::{host::NodeGroup, testing::*},
+        model::record::Record,
         scenario::pasted::assert_paste_safe,
     };
 
-    #[test]
-    fn a_node_open_to_a_group_the_process_lacks_names_the_group() {
-        let r = failed_before_check(
+    /// A render node of mode 660 open to group 109, opened by a process
+    /// in `process_groups`.
+    fn open_to_group_109(process_groups: Vec<u32>) -> Option<NodeGroup> {
+        Some(NodeGroup {
+            mode: 0o20660,
+            gid: 109,
+            process_groups,
+        })
+    }
+
+    /// An open of that node from a Docker container, refused by its mode.
+    fn refused_by_the_nodes_mode() -> Record {
+        failed_before_check(
             "/system.slice/docker-ab.scope",
             "/dev/dri/renderD128",
             226,
             128,
             libc::EACCES,
-        );
+        )
+    }
+
+    #[test]
+    fn a_node_open_to_a_group_the_process_lacks_names_the_group() {
         let mut d = Diagnoser::default();
-        d.host.node_group = |_, _| {
-            Some(NodeGroup {
-                mode: 0o20660,
-                gid: 109,
-                process_groups: vec![1000, 44],
-            })
-        };
-        let diag = diagnosed_as(&mut d, &r, Cause::FilePermissions);
+        d.host.node_group = |_, _| open_to_group_109(vec![1000, 44]);
+        let diag = diagnosed_as(&mut d, &refused_by_the_nodes_mode(), Cause::FilePermissions);
         assert_has(&diag.explanation, "mode 660, open to group 109 only");
         assert_starts(
             &diag.hint,
             "give the container group 109: `--group-add 109`",
         );
-        // In the group already: the general advice.
+    }
+
+    #[test]
+    fn a_process_in_the_nodes_group_already_gets_the_general_advice() {
         let mut d = Diagnoser::default();
-        d.host.node_group = |_, _| {
-            Some(NodeGroup {
-                mode: 0o20660,
-                gid: 109,
-                process_groups: vec![109],
-            })
-        };
-        let diag = diagnose(&mut d, &r).expect("diagnosis");
+        d.host.node_group = |_, _| open_to_group_109(vec![109]);
+        let diag = diagnose(&mut d, &refused_by_the_nodes_mode()).expect("diagnosis");
         assert_starts(&diag.hint, "check `ls -l");
     }
 

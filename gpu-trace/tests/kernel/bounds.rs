@@ -8,9 +8,9 @@ use std::os::unix::{
     process::CommandExt,
 };
 
-use gpu_trace::scenario::run_probe_in;
+use gpu_trace::{cgroup::spawn::place_child_in, scenario::run_probe_in};
 
-use crate::common::*;
+use crate::{common::*, memory_limit::MemoryLimit};
 
 /// The tenant: nobody.
 const TENANT: u32 = 65534;
@@ -337,10 +337,19 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
     let other = incident.cgroup.path().join("other");
     fs::create_dir(&other).expect("make the other cgroup");
 
-    // watch as shipped: the default fold window (5 s) and budgets.
-    let mut watcher = incident.watch(&["--format", "json"]);
-    let scratch = tempfile::tempdir().expect("temp dir");
+    // watch as shipped: the default fold window (5 s) and budgets, held
+    // to the DaemonSet's memory limit.
+    let limit = MemoryLimit::new(
+        &host.cgroup2_mount,
+        &format!("gpu-trace-test-all-at-once-memory-{}", std::process::id()),
+        DAEMONSET_LIMIT_KIB * 1024,
+    );
     let major = incident.uvm_major.to_string();
+    let mut watch = Command::new(gpu_trace());
+    watch.args(["watch", "--format", "json", "--major", &major]);
+    let _procs = place_child_in(&mut watch, &[limit.dir()]).expect("watch in the memory cgroup");
+    let mut watcher = Watcher::spawn(watch);
+    let scratch = tempfile::tempdir().expect("temp dir");
     let mut cycle = Command::new(mknod_cycle);
     cycle
         .arg(scratch.path().join("n"))
@@ -373,9 +382,11 @@ fn under_every_attack_at_once_watch_stays_small_and_a_steady_stream_loses_nothin
     );
     let (status, stderr, events) = watcher.stop_with_events(stream_pid);
     assert!(status.success(), "{stderr:#?}");
+    assert_eq!(limit.oom_kills(), 0, "killed at the DaemonSet's limit");
     let (summary, count) = summary_counts(&stderr);
+    let charged = limit.peak_bytes().map(|b| b / 1024);
     eprintln!(
-        "all at once: the stream's first line after {latency:?}; {streamed} streamed, {cycled} cycled; watch's peak RSS {peak} KiB; {summary}"
+        "all at once: the stream's first line after {latency:?}; {streamed} streamed, {cycled} cycled; watch's peak RSS {peak} KiB, peak charged to its memory cgroup {charged:?} KiB; {summary}"
     );
     assert_eq!(first_line.len(), 1, "{first_line:#?}");
     assert!(

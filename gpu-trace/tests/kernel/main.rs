@@ -20,6 +20,8 @@ mod common;
 mod device_hook_only;
 mod hooks;
 mod hostile;
+#[path = "../support/memory_limit.rs"]
+mod memory_limit;
 mod policy;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;

@@ -10,6 +10,7 @@ use gpu_trace_common::{DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCAT
 use crate::{
     fold,
     maps::{count_lost_event, EVENTS},
+    why_dropped,
 };
 
 /// Sends `head`, the current command name and the NUL-terminated path at
@@ -26,6 +27,7 @@ pub fn send(mut head: EventHead, path: u64) {
     }
     let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
         count_lost_event(head.cgroup_id);
+        why_dropped::ring_full(&head);
         return;
     };
     let event = entry.as_mut_ptr();
@@ -41,6 +43,9 @@ pub fn send(mut head: EventHead, path: u64) {
             // it cannot tell apart).
             if copied >= PATH_LEN as i64 {
                 head.flags |= FLAG_PATH_TRUNCATED;
+                why_dropped::path_cut(&head);
+            } else if copied < 0 {
+                why_dropped::path_unread(&head, copied);
             }
         }
         (&raw mut (*event).comm).write(comm);

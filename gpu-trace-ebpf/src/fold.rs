@@ -26,6 +26,10 @@ use gpu_trace_common::{
 use crate::maps::{
     add_one, count_lost_event, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK, NOEXIST, REPEATS,
 };
+use crate::why_dropped;
+
+/// A hash map's answer to an insert when it is full.
+const E2BIG: i32 = 7;
 
 /// The key to fold `head` under, if it is a problem and folding is on.
 #[inline(always)]
@@ -64,7 +68,10 @@ pub fn counted_as_repeat(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
 #[inline(always)]
 pub fn sent(head: &EventHead, comm: &[u8; COMM_LEN]) {
     if let Some(key) = key(head, comm) {
-        let _ = REPEATS.insert(&key, &RepeatCount::default(), NOEXIST);
+        // EEXIST: another CPU counted it first, as it should.
+        if REPEATS.insert(&key, &RepeatCount::default(), NOEXIST) == Err(-E2BIG) {
+            why_dropped::repeats_table_full(head);
+        }
     }
 }
 
@@ -103,11 +110,16 @@ pub fn held_back(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
         hook_verdict: head.hook_verdict,
         syscall_ret: head.syscall_ret,
     };
-    if HELD_BACK.get_ptr_mut(&key).is_none() {
-        let _ = HELD_BACK.insert(&key, &HeldBackCount::default(), NOEXIST);
+    if HELD_BACK.get_ptr_mut(&key).is_none()
+        && HELD_BACK
+            .insert(&key, &HeldBackCount::default(), NOEXIST)
+            .is_ok()
+    {
+        why_dropped::held_back(head);
     }
     let Some(held) = HELD_BACK.get_ptr_mut(&key) else {
         count_lost_event(head.cgroup_id);
+        why_dropped::held_back_table_full(head);
         return true;
     };
     // SAFETY: a map value, alive until this program returns; the count

@@ -6,7 +6,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     host::proc_devices::CharMajors,
-    kernel::{device_hook::HookChoice, open_route::OpensChoice, tracer::TracerConfig},
+    kernel::{
+        bpf_log::BpfLogLevel, device_hook::HookChoice, open_route::OpensChoice,
+        tracer::TracerConfig,
+    },
     render::output::Format,
     text::style::ColorWhen,
 };
@@ -290,6 +293,13 @@ pub struct TracerArgs {
     /// The same as `--opens none`.
     #[arg(long, conflicts_with = "opens")]
     pub device_hook_only: bool,
+    /// The kernel programs' own records of what they drop, count instead
+    /// of sending, or cut, on stderr as `gpu-trace: bpf: ...` (at most 10
+    /// a second of each kind). off (the default; selftest's is warn) costs
+    /// nothing: the programs load without them. See
+    /// docs/troubleshooting.md.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub bpf_log: Option<BpfLogLevel>,
 }
 
 impl TracerArgs {
@@ -323,6 +333,7 @@ pub fn tracer_config(
         opens: tracer.opens_or(default_opens),
         // watch sets its own; run folds in its report.
         fold_window: std::time::Duration::ZERO,
+        bpf_log: tracer.bpf_log.unwrap_or_default(),
     }
 }
 

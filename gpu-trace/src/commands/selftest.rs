@@ -20,6 +20,7 @@ use crate::{
     cli::TracerArgs,
     host::{preflight::check_tracing_host, proc_devices::CharMajors},
     kernel::{
+        bpf_log::BpfLogLevel,
         open_route::{OpenRoute, OpensChoice},
         tracer::TracerConfig,
     },
@@ -81,6 +82,7 @@ pub fn run(args: TracerArgs) -> anyhow::Result<bool> {
         failures.push(format!("{lost} events lost"));
     }
     let results_traced = session.tracer.open_route() != OpenRoute::None;
+    session.tracer.finish_bpf_log();
     drop(session);
     drop(incident.policy);
     Ok(print_verdict(
@@ -182,6 +184,8 @@ fn start_session(
         hook: args.hook,
         // A one-shot check of the whole picture, as `run` sees it.
         opens: args.opens_or(OpensChoice::Full),
+        // A first look: say what the kernel side dropped, if anything.
+        bpf_log: args.bpf_log.unwrap_or(BpfLogLevel::Warn),
         ..TracerConfig::default()
     };
     let cgroups = CgroupResolver::new(cgroup2_mount);
@@ -414,6 +418,7 @@ fn collect_child_events(session: &mut Session, pid: u32, expected: usize) -> Vec
                 records.push(pipeline.process(access));
             }
         });
+        tracer.flush_bpf_log();
         thread::sleep(Duration::from_millis(10));
     }
     records

@@ -3,6 +3,7 @@
 //! and the device programs in force on a cgroup.
 
 pub mod attach;
+pub mod bpf_log;
 pub mod bpf_sys;
 pub mod cgroups_made;
 pub mod detach_after_exit;

@@ -17,6 +17,7 @@ use crate::{
     host::{preflight::Unsupported, proc_devices::CharMajors},
     kernel::{
         attach::{attach_tracepoint, Hook},
+        bpf_log::{self, BpfLog, BpfLogLevel},
         cgroups_made::CgroupsMade,
         device_hook::{DeviceHook, HookChoice, Loaded},
         held_back::HeldBack,
@@ -60,6 +61,8 @@ pub struct TracerConfig {
     /// Repeats of a problem within this window are counted in the kernel,
     /// not sent (zero: every problem is sent).
     pub fold_window: std::time::Duration,
+    /// The kernel programs' records of what they drop (`--bpf-log`).
+    pub bpf_log: BpfLogLevel,
 }
 
 pub struct Tracer {
@@ -83,6 +86,7 @@ pub struct Tracer {
     notes: Vec<String>,
     /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
     tracepoint_links: Vec<TracePointLink>,
+    bpf_log: Option<BpfLog>,
 }
 
 impl Drop for Tracer {
@@ -167,6 +171,7 @@ impl Tracer {
             &mut ebpf,
             map::LOST_BY_CGROUP,
         )?)?);
+        let bpf_log = BpfLog::start(&mut ebpf, config.bpf_log)?;
         Ok(Self {
             _ebpf: ebpf,
             events,
@@ -184,7 +189,23 @@ impl Tracer {
             open_route_upgrade_watch: opens.upgrade_watch,
             notes,
             tracepoint_links,
+            bpf_log,
         })
+    }
+
+    /// Prints what the kernel programs recorded (`--bpf-log`), if asked.
+    pub fn flush_bpf_log(&mut self) {
+        if let Some(log) = &mut self.bpf_log {
+            log.flush();
+        }
+    }
+
+    /// The last of the kernel programs' records, with what the rate limit
+    /// left out.
+    pub fn finish_bpf_log(&mut self) {
+        if let Some(log) = &mut self.bpf_log {
+            log.finish();
+        }
     }
 
     /// The kernel's record of cgroups made since start, as a lookup of a
@@ -440,6 +461,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
             &u8::from(settings.verdict_from_errno),
             true,
         )
+        .override_global(bpf_log::LEVEL_GLOBAL, &config.bpf_log.in_kernel(), true)
         .load(TRACER_OBJECT)
         .context("loading gpu-trace's eBPF object")
 }

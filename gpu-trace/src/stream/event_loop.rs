@@ -83,6 +83,7 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
                 // still wait there.
                 session.drain(DRAIN_BATCH, output);
                 output.flush()?;
+                session.tracer.flush_bpf_log();
                 session.admit_repeats(output);
                 output.tick(session)?;
                 if follow_drivers {
@@ -107,5 +108,6 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
     session.drain(RING_CAPACITY_EVENTS, output);
     session.admit_repeats(output);
     output.finish()?;
+    session.tracer.finish_bpf_log();
     Ok(outcome)
 }

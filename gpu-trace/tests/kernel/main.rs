@@ -11,6 +11,7 @@
 
 mod audit;
 mod bounds;
+mod bpf_log;
 mod cdi;
 mod colour;
 // Each test binary uses a part of the shared helpers.

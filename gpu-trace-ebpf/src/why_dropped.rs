@@ -1,0 +1,117 @@
+//! What the kernel programs drop, count instead of send, evict or cut,
+//! said through aya-log for `--bpf-log`. Each record starts with its kind
+//! (userspace rate-limits by it) and names the ids that match it to a
+//! process: pid, cgroup id, major:minor.
+//!
+//! Userspace sets aya-log's level (`AYA_LOG_LEVEL`, read-only data) before
+//! loading: at `off` every branch below is dead code to the verifier, and
+//! none of them is on the path of an ordinary event.
+
+use aya_log_ebpf::{debug, warn};
+use gpu_trace_common::EventHead;
+
+/// The ring buffer was full: the event is lost (and counted).
+#[inline(always)]
+pub fn ring_full(head: &EventHead) {
+    warn!(
+        &(),
+        "ring-full: event lost: pid {} cgroup {} device {}:{}",
+        head.pid,
+        head.cgroup_id,
+        head.device.major,
+        head.device.minor
+    );
+}
+
+/// Past its cgroup's budget, and no room left to count it by key: the
+/// problem is counted as lost for its cgroup.
+#[inline(always)]
+pub fn held_back_table_full(head: &EventHead) {
+    warn!(
+        &(),
+        "held-back-full: event lost: pid {} cgroup {} device {}:{}",
+        head.pid,
+        head.cgroup_id,
+        head.device.major,
+        head.device.minor
+    );
+}
+
+/// A cgroup past its budget of first sightings for the window: its
+/// problems are counted by key from now on, not sent (said once per key).
+#[inline(always)]
+pub fn held_back(head: &EventHead) {
+    debug!(
+        &(),
+        "held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}",
+        head.pid,
+        head.cgroup_id,
+        head.device.major,
+        head.device.minor
+    );
+}
+
+/// The table of repeats is full: this problem's repeats will be sent
+/// one by one rather than counted.
+#[inline(always)]
+pub fn repeats_table_full(head: &EventHead) {
+    debug!(
+        &(),
+        "repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}",
+        head.pid,
+        head.cgroup_id,
+        head.device.major,
+        head.device.minor
+    );
+}
+
+/// The path could not be read from the process's memory: sent without.
+#[inline(always)]
+pub fn path_unread(head: &EventHead, error: i64) {
+    debug!(
+        &(),
+        "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
+        error,
+        head.pid,
+        head.cgroup_id,
+        head.device.major,
+        head.device.minor
+    );
+}
+
+/// The path filled the event's buffer: sent cut short.
+#[inline(always)]
+pub fn path_cut(head: &EventHead) {
+    debug!(
+        &(),
+        "path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}",
+        head.pid,
+        head.cgroup_id,
+        head.device.major,
+        head.device.minor
+    );
+}
+
+/// Another thread rewrote the path between the device check and the
+/// call's end: sent without a path.
+#[inline(always)]
+pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    debug!(
+        &(),
+        "path-changed: path rewritten during the call, sent without: pid {} cgroup {} device {}:{}",
+        pid,
+        cgroup_id,
+        major,
+        minor
+    );
+}
+
+/// A cgroup made while tracing whose note could not be kept: it is named
+/// by its id alone if it is gone before userspace asks.
+#[inline(always)]
+pub fn cgroup_note_lost(cgroup_id: u64) {
+    debug!(
+        &(),
+        "cgroup-note-lost: no room for the note of cgroup {}", cgroup_id
+    );
+}

@@ -1,0 +1,189 @@
+//! `--bpf-log`: the kernel programs' own records of what they drop, count
+//! instead of sending, or cut (gpu-trace-ebpf/src/why_dropped.rs), read
+//! with aya-log and printed on stderr as `gpu-trace: bpf: LEVEL: KIND: ...`.
+//!
+//! The level is set in the programs before they load: at `off` the
+//! verifier removes every logging branch, so they cost nothing. A flood of
+//! drops must not become a flood of lines: each kind gets at most
+//! `LINES_PER_KIND` a second, and the rest are counted and said once.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use aya::Ebpf;
+use aya_log::EbpfLogger;
+
+use crate::text::terminal::printable;
+
+/// The user's choice; the order is aya-log's (error is 1, debug 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum BpfLogLevel {
+    #[default]
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl BpfLogLevel {
+    /// The value of the programs' `AYA_LOG_LEVEL`: records at or below it
+    /// are made.
+    pub fn in_kernel(self) -> u8 {
+        self as u8
+    }
+}
+
+/// The global aya-log's kernel side reads its level from.
+pub const LEVEL_GLOBAL: &str = "AYA_LOG_LEVEL";
+
+/// Lines per kind of record and second; the rest are counted.
+const LINES_PER_KIND: u32 = 10;
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+/// Kinds kept apart for the rate limit: the programs have a handful.
+const KINDS_LIMIT: usize = 64;
+
+/// Reads the records and prints them; None when the level is off.
+pub struct BpfLog {
+    reader: EbpfLogger<Shared>,
+    lines: Arc<Lines>,
+}
+
+impl BpfLog {
+    /// Takes the records' ring buffer out of `ebpf` before any program is
+    /// loaded (the programs hold it from then on).
+    pub fn start(ebpf: &mut Ebpf, level: BpfLogLevel) -> anyhow::Result<Option<Self>> {
+        if level == BpfLogLevel::Off {
+            return Ok(None);
+        }
+        let lines = Arc::new(Lines::default());
+        let reader = EbpfLogger::init_with_logger(ebpf, Shared(Arc::clone(&lines)))
+            .map_err(|e| anyhow::anyhow!("reading the kernel programs' log records: {e}"))?;
+        Ok(Some(Self { reader, lines }))
+    }
+
+    /// Prints what the programs recorded since the last call, and says how
+    /// many were left out by the rate limit in windows that closed.
+    pub fn flush(&mut self) {
+        self.reader.flush();
+        self.lines.say_left_out(false);
+    }
+
+    /// At the end: everything, the counts of what was left out included.
+    pub fn finish(&mut self) {
+        self.reader.flush();
+        self.lines.say_left_out(true);
+    }
+}
+
+#[derive(Default)]
+pub struct Lines {
+    rate: Mutex<BTreeMap<String, Rate>>,
+}
+
+struct Rate {
+    window: Instant,
+    printed: u32,
+    left_out: u64,
+}
+
+impl Lines {
+    fn say_left_out(&self, everything: bool) {
+        let mut rate = self.rate.lock().unwrap_or_else(|e| e.into_inner());
+        for (kind, r) in rate.iter_mut() {
+            if r.left_out > 0 && (everything || r.window.elapsed() >= RATE_WINDOW) {
+                eprintln!(
+                    "gpu-trace: bpf: {} more {kind} records left out (at most {LINES_PER_KIND} a second)",
+                    r.left_out
+                );
+                r.left_out = 0;
+            }
+        }
+    }
+
+    /// True when a record of `kind` may be printed now.
+    fn admit(&self, kind: &str) -> bool {
+        let mut rate = self.rate.lock().unwrap_or_else(|e| e.into_inner());
+        if !rate.contains_key(kind) && rate.len() >= KINDS_LIMIT {
+            rate.clear();
+        }
+        let r = rate.entry(kind.to_string()).or_insert(Rate {
+            window: Instant::now(),
+            printed: 0,
+            left_out: 0,
+        });
+        if r.window.elapsed() >= RATE_WINDOW {
+            if r.left_out > 0 {
+                eprintln!(
+                    "gpu-trace: bpf: {} more {kind} records left out (at most {LINES_PER_KIND} a second)",
+                    r.left_out
+                );
+            }
+            *r = Rate {
+                window: Instant::now(),
+                printed: 0,
+                left_out: 0,
+            };
+        }
+        if r.printed < LINES_PER_KIND {
+            r.printed += 1;
+            true
+        } else {
+            r.left_out += 1;
+            false
+        }
+    }
+}
+
+/// The printer as the reader holds it, shared with `BpfLog` for the
+/// counts of what was left out.
+struct Shared(Arc<Lines>);
+
+impl log::Log for Shared {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record) {
+        self.0.print(record);
+    }
+
+    fn flush(&self) {}
+}
+
+impl Lines {
+    fn print(&self, record: &log::Record) {
+        let text = record.args().to_string();
+        let kind = text.split(':').next().unwrap_or("").trim();
+        let kind = printable(kind.as_bytes());
+        if self.admit(&kind) {
+            let level = record.level().as_str().to_ascii_lowercase();
+            eprintln!("gpu-trace: bpf: {level}: {}", printable(text.as_bytes()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_gets_its_own_lines_a_second() {
+        let lines = Lines::default();
+        let admitted = (0..25).filter(|_| lines.admit("ring-full")).count();
+        assert_eq!(admitted, LINES_PER_KIND as usize);
+        assert!(lines.admit("path-cut"));
+        let rate = lines.rate.lock().unwrap();
+        assert_eq!(rate["ring-full"].left_out, 15);
+    }
+
+    #[test]
+    fn levels_are_aya_logs_numbers() {
+        assert_eq!(BpfLogLevel::Off.in_kernel(), 0);
+        assert_eq!(BpfLogLevel::Error.in_kernel(), 1);
+        assert_eq!(BpfLogLevel::Debug.in_kernel(), 4);
+    }
+}

@@ -1,0 +1,152 @@
+//! `--bpf-log`: each branch where the kernel programs drop, count instead
+//! of sending, or cut is provoked, and its record must reach stderr with
+//! `debug` and not with `off`, naming the process's ids.
+
+use std::os::unix::fs::MetadataExt;
+
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+
+use crate::common::*;
+
+/// The kernel programs' records among watch's stderr lines.
+fn bpf_lines(stderr: &[String]) -> Vec<&String> {
+    stderr
+        .iter()
+        .filter(|l| l.starts_with("gpu-trace: bpf: "))
+        .collect()
+}
+
+fn cgroup_id(dir: &Path) -> u64 {
+    fs::metadata(dir).expect("stat the cgroup").ino()
+}
+
+#[test]
+fn a_path_cut_to_the_events_buffer_is_said_at_debug_and_not_at_off() {
+    let incident = or_skip!(incident_test, "bpf-log-path-cut");
+    // A denied node at a path longer than an event's 256 bytes.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut dir = scratch.path().to_path_buf();
+    for part in ["a", "b", "c"] {
+        dir.push(part.repeat(100));
+    }
+    fs::create_dir_all(&dir).expect("make the long directory");
+    let node = dir.join("uvm");
+    mknod(
+        &node,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(incident.uvm_major.into(), 0),
+    )
+    .expect("mknod the denied node");
+    let open = [ProbeOp::Open {
+        path: node.clone(),
+        mode: OpenMode::ReadWrite,
+    }];
+    let id = cgroup_id(incident.cgroup.path());
+    for level in ["debug", "off"] {
+        let watcher = incident.watch(&["--format", "json", "--bpf-log", level]);
+        let probe = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &open).expect("probe");
+        assert_eq!(probe.results, [libc::EPERM]);
+        thread::sleep(Duration::from_millis(1_500)); // a tick reads the records
+        let stderr = watcher.stop_cleanly();
+        let said = bpf_lines(&stderr);
+        if level == "off" {
+            assert!(said.is_empty(), "records at off: {said:#?}");
+            continue;
+        }
+        let expected = format!(
+            "gpu-trace: bpf: debug: path-cut: path cut to the event's 256 bytes: pid {} cgroup {id} device {}:0",
+            probe.pid, incident.uvm_major
+        );
+        assert_eq!(said, [&expected], "{stderr:#?}");
+    }
+}
+
+#[test]
+fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
+    let (host, programs) = or_skip!(kernel_test_with_programs, &["mknod_cycle"]);
+    let incident = Incident::new(&host, "bpf-log-ring-full");
+    let major = incident.uvm_major.to_string();
+    let id = cgroup_id(incident.cgroup.path());
+    for level in ["debug", "off"] {
+        // Every problem sent (no fold), none written (--pid 1 hides them
+        // once received): a flood the ring buffer cannot take.
+        let watcher = incident.watch(&[
+            "--format",
+            "json",
+            "--fold",
+            "0",
+            "--pid",
+            "1",
+            "--bpf-log",
+            level,
+        ]);
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let mut flood = Command::new(&programs[0]);
+        flood
+            .arg(scratch.path().join("n"))
+            .args([major.as_str(), "2000", "2"]);
+        let flood = start_in_cgroup(incident.cgroup.path(), flood);
+        let pid = flood.id();
+        printed_count(flood);
+        thread::sleep(Duration::from_millis(1_500));
+        let stderr = watcher.stop_cleanly();
+        let (summary, count) = summary_counts(&stderr);
+        assert!(count("lost") > 0, "the ring took them all: {summary}");
+        let said = bpf_lines(&stderr);
+        if level == "off" {
+            assert!(said.is_empty(), "records at off: {said:#?}");
+            continue;
+        }
+        let prefix = format!(
+            "gpu-trace: bpf: warn: ring-full: event lost: pid {pid} cgroup {id} device {major}:"
+        );
+        let lost_lines = said.iter().filter(|l| l.starts_with(&prefix)).count();
+        assert!(lost_lines > 0, "no ring-full record: {said:#?}");
+        // At most 10 a second of the kind, over the flood's 2 s and the wait.
+        assert!(
+            lost_lines <= 40,
+            "{lost_lines} ring-full records: not rate-limited"
+        );
+        assert!(
+            said.iter()
+                .any(|l| l.contains("more ring-full records left out")),
+            "what the rate limit left out is not counted: {said:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_cgroup_past_its_kernel_budget_is_said_held_back_at_debug_and_not_at_off() {
+    let (host, programs) = or_skip!(kernel_test_with_programs, &["mknod_cycle"]);
+    let incident = Incident::new(&host, "bpf-log-held-back");
+    let major = incident.uvm_major.to_string();
+    let id = cgroup_id(incident.cgroup.path());
+    for level in ["debug", "off"] {
+        // The default fold window: past 64 first sightings in a window, a
+        // cgroup's problems are counted in the kernel, by key.
+        let watcher = incident.watch(&["--format", "json", "--bpf-log", level]);
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let mut cycle = Command::new(&programs[0]);
+        cycle
+            .arg(scratch.path().join("n"))
+            .args([major.as_str(), "200", "1"]);
+        let cycle = start_in_cgroup(incident.cgroup.path(), cycle);
+        let pid = cycle.id();
+        printed_count(cycle);
+        thread::sleep(Duration::from_millis(1_500));
+        let stderr = watcher.stop_cleanly();
+        let said = bpf_lines(&stderr);
+        if level == "off" {
+            assert!(said.is_empty(), "records at off: {said:#?}");
+            continue;
+        }
+        let prefix = format!(
+            "gpu-trace: bpf: debug: held-back: over its cgroup's budget, counted not sent: pid {pid} cgroup {id} device {major}:"
+        );
+        assert!(
+            said.iter().any(|l| l.starts_with(&prefix)),
+            "no held-back record: {stderr:#?}"
+        );
+    }
+}

@@ -29,6 +29,7 @@ use crate::{
     },
     syscall_regs::syscall_path_argument,
     tracepoint_record::record_field,
+    why_dropped,
 };
 
 /// Offsets in the syscalls:sys_enter_* / sys_exit_* records
@@ -173,6 +174,12 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
                     // What the buffer holds now is not what was opened.
                     call.path_ptr = 0;
                     flags = FLAG_PATH_CHANGED;
+                    why_dropped::path_changed(
+                        (pid_tgid >> 32) as u32,
+                        call.cgroup_id,
+                        call.device.major,
+                        call.device.minor,
+                    );
                 }
                 Sighting::Another => {}
             }

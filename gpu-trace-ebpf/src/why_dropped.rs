@@ -4,8 +4,14 @@
 //! process: pid, cgroup id, major:minor.
 //!
 //! Userspace sets aya-log's level (`AYA_LOG_LEVEL`, read-only data) before
-//! loading: at `off` every branch below is dead code to the verifier, and
-//! none of them is on the path of an ordinary event.
+//! loading: at `off` each record's body is dead code to the verifier, what
+//! is left a call that returns, and none of them is on the path of an
+//! ordinary event.
+//!
+//! Each record is made in a function of its own (a BPF-to-BPF call), from
+//! plain numbers: inlined into the device hook's large frame, aya-log's
+//! copies read stack bytes that kernels before 6.4 take for uninitialised
+//! (fexit on 5.10 was refused so).
 
 use aya_log_ebpf::{debug, warn};
 use gpu_trace_common::EventHead;
@@ -13,13 +19,19 @@ use gpu_trace_common::EventHead;
 /// The ring buffer was full: the event is lost (and counted).
 #[inline(always)]
 pub fn ring_full(head: &EventHead) {
-    warn!(
-        &(),
-        "ring-full: event lost: pid {} cgroup {} device {}:{}",
+    ring_full_record(
         head.pid,
         head.cgroup_id,
         head.device.major,
-        head.device.minor
+        head.device.minor,
+    );
+}
+
+#[inline(never)]
+fn ring_full_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    warn!(
+        &(),
+        "ring-full: event lost: pid {} cgroup {} device {}:{}", pid, cgroup_id, major, minor
     );
 }
 
@@ -27,13 +39,19 @@ pub fn ring_full(head: &EventHead) {
 /// problem is counted as lost for its cgroup.
 #[inline(always)]
 pub fn held_back_table_full(head: &EventHead) {
-    warn!(
-        &(),
-        "held-back-full: event lost: pid {} cgroup {} device {}:{}",
+    held_back_table_full_record(
         head.pid,
         head.cgroup_id,
         head.device.major,
-        head.device.minor
+        head.device.minor,
+    );
+}
+
+#[inline(never)]
+fn held_back_table_full_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    warn!(
+        &(),
+        "held-back-full: event lost: pid {} cgroup {} device {}:{}", pid, cgroup_id, major, minor
     );
 }
 
@@ -41,13 +59,23 @@ pub fn held_back_table_full(head: &EventHead) {
 /// problems are counted by key from now on, not sent (said once per key).
 #[inline(always)]
 pub fn held_back(head: &EventHead) {
-    debug!(
-        &(),
-        "held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}",
+    held_back_record(
         head.pid,
         head.cgroup_id,
         head.device.major,
-        head.device.minor
+        head.device.minor,
+    );
+}
+
+#[inline(never)]
+fn held_back_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    debug!(
+        &(),
+        "held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}",
+        pid,
+        cgroup_id,
+        major,
+        minor
     );
 }
 
@@ -55,46 +83,77 @@ pub fn held_back(head: &EventHead) {
 /// one by one rather than counted.
 #[inline(always)]
 pub fn repeats_table_full(head: &EventHead) {
-    debug!(
-        &(),
-        "repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}",
+    repeats_table_full_record(
         head.pid,
         head.cgroup_id,
         head.device.major,
-        head.device.minor
+        head.device.minor,
+    );
+}
+
+#[inline(never)]
+fn repeats_table_full_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    debug!(
+        &(),
+        "repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}",
+        pid,
+        cgroup_id,
+        major,
+        minor
     );
 }
 
 /// The path could not be read from the process's memory: sent without.
 #[inline(always)]
 pub fn path_unread(head: &EventHead, error: i64) {
-    debug!(
-        &(),
-        "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
+    path_unread_record(
         error,
         head.pid,
         head.cgroup_id,
         head.device.major,
-        head.device.minor
+        head.device.minor,
+    );
+}
+
+#[inline(never)]
+fn path_unread_record(error: i64, pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    debug!(
+        &(),
+        "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
+        error,
+        pid,
+        cgroup_id,
+        major,
+        minor
     );
 }
 
 /// The path filled the event's buffer: sent cut short.
 #[inline(always)]
 pub fn path_cut(head: &EventHead) {
-    debug!(
-        &(),
-        "path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}",
+    path_cut_record(
         head.pid,
         head.cgroup_id,
         head.device.major,
-        head.device.minor
+        head.device.minor,
+    );
+}
+
+#[inline(never)]
+fn path_cut_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+    debug!(
+        &(),
+        "path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}",
+        pid,
+        cgroup_id,
+        major,
+        minor
     );
 }
 
 /// Another thread rewrote the path between the device check and the
 /// call's end: sent without a path.
-#[inline(always)]
+#[inline(never)]
 pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
     debug!(
         &(),
@@ -108,7 +167,7 @@ pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
 
 /// A cgroup made while tracing whose note could not be kept: it is named
 /// by its id alone if it is gone before userspace asks.
-#[inline(always)]
+#[inline(never)]
 pub fn cgroup_note_lost(cgroup_id: u64) {
     debug!(
         &(),

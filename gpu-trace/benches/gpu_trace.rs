@@ -410,6 +410,12 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
                 "gpu-trace watch --opens none > /dev/null",
                 Box::new(under_watch(&["--opens", "none"], false)),
             )),
+            // The kernel programs' drop records on: what they cost where
+            // nothing is dropped (off, the default, is the first row).
+            Some((
+                "gpu-trace watch --bpf-log debug > /dev/null",
+                Box::new(under_watch(&["--bpf-log", "debug"], false)),
+            )),
             settings.guest.then(|| -> Config {
                 (
                     "gpu-trace watch --opens tracepoints > /dev/null",

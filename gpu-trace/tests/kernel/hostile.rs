@@ -677,7 +677,7 @@ fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
     let uvm = uvm.to_str().expect("UTF-8");
     // The same length, different in its first 32 bytes, and not there.
     let elsewhere = format!("/X{}", &uvm[2..]);
-    let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
+    let watcher = incident.watch(&["--format", "json", "--fold", "1s", "--bpf-log", "debug"]);
     let mut command = Command::new(&flip_open);
     command.args([uvm, &elsewhere, "20000"]);
     let child = start_in_cgroup(incident.cgroup.path(), command);
@@ -697,4 +697,13 @@ fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
         assert!(event["path"].is_null(), "{event:#}");
         assert_eq!(event["major"], incident.uvm_major, "{event:#}");
     }
+    // The kernel says so too (--bpf-log), where it happened at all: with
+    // fexit on the open function, the path is read at the call's end.
+    let said = format!("gpu-trace: bpf: debug: path-changed: path rewritten during the call, sent without: pid {pid} ");
+    let records = stderr.iter().filter(|l| l.starts_with(&said)).count();
+    assert_eq!(
+        records > 0,
+        rewritten > 0,
+        "{records} path-changed records: {stderr:#?}"
+    );
 }

@@ -16,91 +16,45 @@
 use aya_log_ebpf::{debug, warn};
 use gpu_trace_common::EventHead;
 
-/// The ring buffer was full: the event is lost (and counted).
-#[inline(always)]
-pub fn ring_full(head: &EventHead) {
-    ring_full_record(
-        head.pid,
-        head.cgroup_id,
-        head.device.major,
-        head.device.minor,
-    );
+/// Records about one event: a wrapper the call sites use, and the record
+/// made in a function of its own from the event's ids.
+macro_rules! records_of_an_event {
+    ($($(#[$doc:meta])* $name:ident => $level:ident!($text:literal);)*) => {
+        $(
+            $(#[$doc])*
+            #[inline(always)]
+            pub fn $name(head: &EventHead) {
+                made::$name(head.pid, head.cgroup_id, head.device.major, head.device.minor);
+            }
+        )*
+
+        mod made {
+            use aya_log_ebpf::{debug, warn};
+
+            $(
+                #[inline(never)]
+                pub fn $name(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+                    $level!(&(), $text, pid, cgroup_id, major, minor);
+                }
+            )*
+        }
+    };
 }
 
-#[inline(never)]
-fn ring_full_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    warn!(
-        &(),
-        "ring-full: event lost: pid {} cgroup {} device {}:{}", pid, cgroup_id, major, minor
-    );
-}
-
-/// Past its cgroup's budget, and no room left to count it by key: the
-/// problem is counted as lost for its cgroup.
-#[inline(always)]
-pub fn held_back_table_full(head: &EventHead) {
-    held_back_table_full_record(
-        head.pid,
-        head.cgroup_id,
-        head.device.major,
-        head.device.minor,
-    );
-}
-
-#[inline(never)]
-fn held_back_table_full_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    warn!(
-        &(),
-        "held-back-full: event lost: pid {} cgroup {} device {}:{}", pid, cgroup_id, major, minor
-    );
-}
-
-/// A cgroup past its budget of first sightings for the window: its
-/// problems are counted by key from now on, not sent (said once per key).
-#[inline(always)]
-pub fn held_back(head: &EventHead) {
-    held_back_record(
-        head.pid,
-        head.cgroup_id,
-        head.device.major,
-        head.device.minor,
-    );
-}
-
-#[inline(never)]
-fn held_back_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    debug!(
-        &(),
-        "held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}",
-        pid,
-        cgroup_id,
-        major,
-        minor
-    );
-}
-
-/// The table of repeats is full: this problem's repeats will be sent
-/// one by one rather than counted.
-#[inline(always)]
-pub fn repeats_table_full(head: &EventHead) {
-    repeats_table_full_record(
-        head.pid,
-        head.cgroup_id,
-        head.device.major,
-        head.device.minor,
-    );
-}
-
-#[inline(never)]
-fn repeats_table_full_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    debug!(
-        &(),
-        "repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}",
-        pid,
-        cgroup_id,
-        major,
-        minor
-    );
+records_of_an_event! {
+    /// The ring buffer was full: the event is lost (and counted).
+    ring_full => warn!("ring-full: event lost: pid {} cgroup {} device {}:{}");
+    /// Past its cgroup's budget, and no room left to count it by key: the
+    /// problem is counted as lost for its cgroup.
+    held_back_table_full => warn!("held-back-full: event lost: pid {} cgroup {} device {}:{}");
+    /// A cgroup past its budget of first sightings for the window: its
+    /// problems are counted by key from now on, not sent (said once per key).
+    held_back => debug!("held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}");
+    /// The table of repeats is full: this problem's repeats will be sent
+    /// one by one rather than counted.
+    repeats_table_full => debug!("repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}");
+    /// The path filled the event's buffer: sent cut short.
+    path_cut => debug!("path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}");
 }
 
 /// The path could not be read from the process's memory: sent without.
@@ -121,29 +75,6 @@ fn path_unread_record(error: i64, pid: u32, cgroup_id: u64, major: u32, minor: u
         &(),
         "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
         error,
-        pid,
-        cgroup_id,
-        major,
-        minor
-    );
-}
-
-/// The path filled the event's buffer: sent cut short.
-#[inline(always)]
-pub fn path_cut(head: &EventHead) {
-    path_cut_record(
-        head.pid,
-        head.cgroup_id,
-        head.device.major,
-        head.device.minor,
-    );
-}
-
-#[inline(never)]
-fn path_cut_record(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    debug!(
-        &(),
-        "path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}",
         pid,
         cgroup_id,
         major,

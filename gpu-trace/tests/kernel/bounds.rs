@@ -95,7 +95,7 @@ fn delegate(dir: &Path) {
 
 /// The incident in a cgroup named after `cgroup`, and mknod_cycle.c
 /// built; None (said) where `test` cannot run.
-fn cycling_test(test: &str, cgroup: &str) -> Option<(Incident, PathBuf)> {
+pub(crate) fn cycling_test(test: &str, cgroup: &str) -> Option<(Incident, PathBuf)> {
     let (host, mut programs) = kernel_test_with_programs(test, &["mknod_cycle"])?;
     Some((Incident::new(&host, cgroup), programs.remove(0)))
 }

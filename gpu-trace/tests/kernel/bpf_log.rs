@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
-use crate::common::*;
+use crate::{bounds::cycling_test, common::*};
 
 /// The kernel programs' records among watch's stderr lines.
 fn bpf_lines(stderr: &[String]) -> Vec<&String> {
@@ -14,6 +14,16 @@ fn bpf_lines(stderr: &[String]) -> Vec<&String> {
         .iter()
         .filter(|l| l.starts_with("gpu-trace: bpf: "))
         .collect()
+}
+
+/// The records at `debug`; at `off`, there must be none, and None.
+fn records_at<'a>(level: &str, stderr: &'a [String]) -> Option<Vec<&'a String>> {
+    let said = bpf_lines(stderr);
+    if level == "off" {
+        assert!(said.is_empty(), "records at off: {said:#?}");
+        return None;
+    }
+    Some(said)
 }
 
 fn cgroup_id(dir: &Path) -> u64 {
@@ -49,11 +59,9 @@ fn a_path_cut_to_the_events_buffer_is_said_at_debug_and_not_at_off() {
         assert_eq!(probe.results, [libc::EPERM]);
         thread::sleep(Duration::from_millis(1_500)); // a tick reads the records
         let stderr = watcher.stop_cleanly();
-        let said = bpf_lines(&stderr);
-        if level == "off" {
-            assert!(said.is_empty(), "records at off: {said:#?}");
+        let Some(said) = records_at(level, &stderr) else {
             continue;
-        }
+        };
         let expected = format!(
             "gpu-trace: bpf: debug: path-cut: path cut to the event's 256 bytes: pid {} cgroup {id} device {}:0",
             probe.pid, incident.uvm_major
@@ -62,16 +70,37 @@ fn a_path_cut_to_the_events_buffer_is_said_at_debug_and_not_at_off() {
     }
 }
 
+/// `watch ARGS` while mknod_cycle cycles `minors` denied minors of the
+/// incident's major in its cgroup for `seconds`: the cycler's pid, and
+/// watch's stderr once a tick has read the records.
+fn watch_a_cycle(
+    incident: &Incident,
+    mknod_cycle: &Path,
+    args: &[&str],
+    minors: &str,
+    seconds: &str,
+) -> (u32, Vec<String>) {
+    let watcher = incident.watch(args);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut cycle = Command::new(mknod_cycle);
+    cycle
+        .arg(scratch.path().join("n"))
+        .args([&incident.uvm_major.to_string(), minors, seconds]);
+    let cycle = start_in_cgroup(incident.cgroup.path(), cycle);
+    let pid = cycle.id();
+    printed_count(cycle);
+    thread::sleep(Duration::from_millis(1_500));
+    (pid, watcher.stop_cleanly())
+}
+
 #[test]
 fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
-    let (host, programs) = or_skip!(kernel_test_with_programs, &["mknod_cycle"]);
-    let incident = Incident::new(&host, "bpf-log-ring-full");
-    let major = incident.uvm_major.to_string();
+    let (incident, mknod_cycle) = or_skip!(cycling_test, "bpf-log-ring-full");
     let id = cgroup_id(incident.cgroup.path());
     for level in ["debug", "off"] {
         // Every problem sent (no fold), none written (--pid 1 hides them
         // once received): a flood the ring buffer cannot take.
-        let watcher = incident.watch(&[
+        let args = [
             "--format",
             "json",
             "--fold",
@@ -80,26 +109,16 @@ fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
             "1",
             "--bpf-log",
             level,
-        ]);
-        let scratch = tempfile::tempdir().expect("temp dir");
-        let mut flood = Command::new(&programs[0]);
-        flood
-            .arg(scratch.path().join("n"))
-            .args([major.as_str(), "2000", "2"]);
-        let flood = start_in_cgroup(incident.cgroup.path(), flood);
-        let pid = flood.id();
-        printed_count(flood);
-        thread::sleep(Duration::from_millis(1_500));
-        let stderr = watcher.stop_cleanly();
+        ];
+        let (pid, stderr) = watch_a_cycle(&incident, &mknod_cycle, &args, "2000", "2");
         let (summary, count) = summary_counts(&stderr);
         assert!(count("lost") > 0, "the ring took them all: {summary}");
-        let said = bpf_lines(&stderr);
-        if level == "off" {
-            assert!(said.is_empty(), "records at off: {said:#?}");
+        let Some(said) = records_at(level, &stderr) else {
             continue;
-        }
+        };
         let prefix = format!(
-            "gpu-trace: bpf: warn: ring-full: event lost: pid {pid} cgroup {id} device {major}:"
+            "gpu-trace: bpf: warn: ring-full: event lost: pid {pid} cgroup {id} device {}:",
+            incident.uvm_major
         );
         let lost_lines = said.iter().filter(|l| l.starts_with(&prefix)).count();
         assert!(lost_lines > 0, "no ring-full record: {said:#?}");
@@ -118,31 +137,19 @@ fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
 
 #[test]
 fn a_cgroup_past_its_kernel_budget_is_said_held_back_at_debug_and_not_at_off() {
-    let (host, programs) = or_skip!(kernel_test_with_programs, &["mknod_cycle"]);
-    let incident = Incident::new(&host, "bpf-log-held-back");
-    let major = incident.uvm_major.to_string();
+    let (incident, mknod_cycle) = or_skip!(cycling_test, "bpf-log-held-back");
     let id = cgroup_id(incident.cgroup.path());
     for level in ["debug", "off"] {
         // The default fold window: past 64 first sightings in a window, a
         // cgroup's problems are counted in the kernel, by key.
-        let watcher = incident.watch(&["--format", "json", "--bpf-log", level]);
-        let scratch = tempfile::tempdir().expect("temp dir");
-        let mut cycle = Command::new(&programs[0]);
-        cycle
-            .arg(scratch.path().join("n"))
-            .args([major.as_str(), "200", "1"]);
-        let cycle = start_in_cgroup(incident.cgroup.path(), cycle);
-        let pid = cycle.id();
-        printed_count(cycle);
-        thread::sleep(Duration::from_millis(1_500));
-        let stderr = watcher.stop_cleanly();
-        let said = bpf_lines(&stderr);
-        if level == "off" {
-            assert!(said.is_empty(), "records at off: {said:#?}");
+        let args = ["--format", "json", "--bpf-log", level];
+        let (pid, stderr) = watch_a_cycle(&incident, &mknod_cycle, &args, "200", "1");
+        let Some(said) = records_at(level, &stderr) else {
             continue;
-        }
+        };
         let prefix = format!(
-            "gpu-trace: bpf: debug: held-back: over its cgroup's budget, counted not sent: pid {pid} cgroup {id} device {major}:"
+            "gpu-trace: bpf: debug: held-back: over its cgroup's budget, counted not sent: pid {pid} cgroup {id} device {}:",
+            incident.uvm_major
         );
         assert!(
             said.iter().any(|l| l.starts_with(&prefix)),

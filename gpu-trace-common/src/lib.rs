@@ -73,6 +73,8 @@ pub mod map {
     pub const HELD_BACK: &str = "HELD_BACK";
     /// Events lost to a full ring buffer, by cgroup id.
     pub const LOST_BY_CGROUP: &str = "LOST_BY_CGROUP";
+    /// `DropRecordBudget` by kind of drop record (`DROP_RECORD_KINDS`).
+    pub const DROP_RECORD_BUDGET: &str = "DROP_RECORD_BUDGET";
 }
 
 /// Where the cgroup:cgroup_mkdir record keeps its fields (the same on every
@@ -108,6 +110,35 @@ pub mod global {
     /// The fold window in ns: repeats of a problem within it are counted in
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
+    /// `--bpf-log`'s level, aya-log's numbers (0 off, 1 error ... 4 debug):
+    /// drop records above it are neither made nor counted.
+    pub const DROP_RECORD_LEVEL: &str = "DROP_RECORD_LEVEL";
+}
+
+/// The kinds of drop record (gpu-trace-ebpf's why_dropped.rs), by index in
+/// `DROP_RECORD_BUDGET`; each record's text starts with its kind.
+pub const DROP_RECORD_KINDS: [&str; 7] = [
+    "ring-full",
+    "held-back-full",
+    "held-back",
+    "repeats-full",
+    "path-cut",
+    "path-unread",
+    "path-changed",
+];
+
+/// Drop records of one kind made per second, host-wide; the rest are only
+/// counted, so that a flood of drops is not a flood of records.
+pub const DROP_RECORDS_PER_SECOND: u64 = 10;
+
+/// One kind of drop record's budget: the second it is for, the records
+/// made in it, and all those left out since start.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DropRecordBudget {
+    pub second: u64,
+    pub made: u64,
+    pub left_out: u64,
 }
 
 /// `OPEN_CALLS_TRACED` values. No open route: the device hook reports at once.
@@ -467,4 +498,6 @@ mod user {
     unsafe impl aya::Pod for super::HeldBackKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::HeldBackCount {}
+    // SAFETY: repr(C), three u64, no padding.
+    unsafe impl aya::Pod for super::DropRecordBudget {}
 }

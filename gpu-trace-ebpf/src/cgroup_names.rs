@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{cgroup_mkdir, CgroupPath, PATH_LEN};
 
-use crate::{maps::CGROUP_PATHS, tracepoint_record::record_field, why_dropped};
+use crate::{maps::CGROUP_PATHS, tracepoint_record::record_field};
 
 /// The hierarchy id of cgroup2 (the default hierarchy).
 const CGROUP2_ROOT: i32 = 0;
@@ -32,7 +32,6 @@ pub fn note_cgroup_mkdir(ctx: TracePointContext) -> u32 {
     // Written in place: the path does not fit on the BPF stack comfortably.
     // A full table evicts the least recently used id (LRU).
     if CGROUP_PATHS.insert(&id, &EMPTY, 0).is_err() {
-        why_dropped::cgroup_note_lost(id);
         return 0;
     }
     let Some(slot) = CGROUP_PATHS.get_ptr_mut(&id) else {

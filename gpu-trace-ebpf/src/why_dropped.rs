@@ -3,23 +3,71 @@
 //! (userspace rate-limits by it) and names the ids that match it to a
 //! process: pid, cgroup id, major:minor.
 //!
-//! Userspace sets aya-log's level (`AYA_LOG_LEVEL`, read-only data) before
-//! loading: at `off` each record's body is dead code to the verifier, what
-//! is left a call that returns, and none of them is on the path of an
-//! ordinary event.
+//! Userspace sets the level (`DROP_RECORD_LEVEL`, and aya-log's own
+//! `AYA_LOG_LEVEL`; read-only data) before loading: at `off` each record's
+//! body is dead code to the verifier, what is left a call that returns,
+//! and none of them is on the path of an ordinary event. Each kind makes
+//! at most `DROP_RECORDS_PER_SECOND` records, the rest counted: aya-log's
+//! ring (128 KiB) is never the flood, and its reader never falls behind.
 //!
 //! Each record is made in a function of its own (a BPF-to-BPF call), from
 //! plain numbers: inlined into the device hook's large frame, aya-log's
 //! copies read stack bytes that kernels before 6.4 take for uninitialised
 //! (fexit on 5.10 was refused so).
 
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
+use aya_ebpf::{helpers::bpf_ktime_get_boot_ns, macros::map, maps::Array, Global};
 use aya_log_ebpf::{debug, warn};
-use gpu_trace_common::EventHead;
+use gpu_trace_common::{DropRecordBudget, EventHead, DROP_RECORDS_PER_SECOND, DROP_RECORD_KINDS};
+
+/// `--bpf-log`'s level (aya-log's numbers; 0: off). Set by userspace
+/// before loading, like aya-log's own: at 0 the verifier drops the rest of
+/// every record function.
+#[unsafe(no_mangle)]
+static DROP_RECORD_LEVEL: Global<u8> = Global::new(0);
+
+/// Each kind's budget of records a second, and the count of those left out.
+#[map]
+static DROP_RECORD_BUDGET: Array<DropRecordBudget> =
+    Array::with_max_entries(DROP_RECORD_KINDS.len() as u32, 0);
+
+const WARN: u8 = 2;
+const DEBUG: u8 = 4;
+
+/// Whether a record of `kind` at `level` is made now: the level is on and
+/// the kind's budget for this second is not spent (else it is counted).
+/// The budget is shared by all CPUs without a lock: two may both take the
+/// last place, which only lets a record more through.
+#[inline(always)]
+fn admitted(kind: u32, level: u8) -> bool {
+    if DROP_RECORD_LEVEL.load() < level {
+        return false;
+    }
+    let Some(budget) = DROP_RECORD_BUDGET.get_ptr_mut(kind) else {
+        return false;
+    };
+    // SAFETY: a helper without arguments; `budget` is a map value, alive
+    // until this program returns.
+    unsafe {
+        let second = bpf_ktime_get_boot_ns() / 1_000_000_000;
+        if (*budget).second != second {
+            (*budget).second = second;
+            (*budget).made = 0;
+        }
+        if (*budget).made < DROP_RECORDS_PER_SECOND {
+            (*budget).made += 1;
+            return true;
+        }
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*budget).left_out, 1);
+    }
+    false
+}
 
 /// Records about one event: a wrapper the call sites use, and the record
 /// made in a function of its own from the event's ids.
 macro_rules! records_of_an_event {
-    ($($(#[$doc:meta])* $name:ident => $level:ident!($text:literal);)*) => {
+    ($($(#[$doc:meta])* $name:ident ($kind:expr, $number:expr) => $level:ident!($text:literal);)*) => {
         $(
             $(#[$doc])*
             #[inline(always)]
@@ -31,10 +79,14 @@ macro_rules! records_of_an_event {
         mod made {
             use aya_log_ebpf::{debug, warn};
 
+            use super::*;
+
             $(
                 #[inline(never)]
                 pub fn $name(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-                    $level!(&(), $text, pid, cgroup_id, major, minor);
+                    if admitted($kind, $number) {
+                        $level!(&(), $text, pid, cgroup_id, major, minor);
+                    }
                 }
             )*
         }
@@ -43,18 +95,18 @@ macro_rules! records_of_an_event {
 
 records_of_an_event! {
     /// The ring buffer was full: the event is lost (and counted).
-    ring_full => warn!("ring-full: event lost: pid {} cgroup {} device {}:{}");
+    ring_full(0, WARN) => warn!("ring-full: event lost: pid {} cgroup {} device {}:{}");
     /// Past its cgroup's budget, and no room left to count it by key: the
     /// problem is counted as lost for its cgroup.
-    held_back_table_full => warn!("held-back-full: event lost: pid {} cgroup {} device {}:{}");
+    held_back_table_full(1, WARN) => warn!("held-back-full: event lost: pid {} cgroup {} device {}:{}");
     /// A cgroup past its budget of first sightings for the window: its
     /// problems are counted by key from now on, not sent (said once per key).
-    held_back => debug!("held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}");
+    held_back(2, DEBUG) => debug!("held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}");
     /// The table of repeats is full: this problem's repeats will be sent
     /// one by one rather than counted.
-    repeats_table_full => debug!("repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}");
+    repeats_table_full(3, DEBUG) => debug!("repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}");
     /// The path filled the event's buffer: sent cut short.
-    path_cut => debug!("path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}");
+    path_cut(4, DEBUG) => debug!("path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}");
 }
 
 /// The path could not be read from the process's memory: sent without.
@@ -71,37 +123,31 @@ pub fn path_unread(head: &EventHead, error: i64) {
 
 #[inline(never)]
 fn path_unread_record(error: i64, pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    debug!(
-        &(),
-        "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
-        error,
-        pid,
-        cgroup_id,
-        major,
-        minor
-    );
+    if admitted(5, DEBUG) {
+        debug!(
+            &(),
+            "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
+            error,
+            pid,
+            cgroup_id,
+            major,
+            minor
+        );
+    }
 }
 
 /// Another thread rewrote the path between the device check and the
 /// call's end: sent without a path.
 #[inline(never)]
 pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
-    debug!(
-        &(),
-        "path-changed: path rewritten during the call, sent without: pid {} cgroup {} device {}:{}",
-        pid,
-        cgroup_id,
-        major,
-        minor
-    );
-}
-
-/// A cgroup made while tracing whose note could not be kept: it is named
-/// by its id alone if it is gone before userspace asks.
-#[inline(never)]
-pub fn cgroup_note_lost(cgroup_id: u64) {
-    debug!(
-        &(),
-        "cgroup-note-lost: no room for the note of cgroup {}", cgroup_id
-    );
+    if admitted(6, DEBUG) {
+        debug!(
+            &(),
+            "path-changed: path rewritten during the call, sent without: pid {} cgroup {} device {}:{}",
+            pid,
+            cgroup_id,
+            major,
+            minor
+        );
+    }
 }

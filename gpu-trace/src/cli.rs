@@ -295,8 +295,8 @@ pub struct TracerArgs {
     pub device_hook_only: bool,
     /// The kernel programs' own records of what they drop, count instead
     /// of sending, or cut, on stderr as `gpu-trace: bpf: ...` (at most 10
-    /// a second of each kind). off (the default; selftest's is warn) costs
-    /// nothing: the programs load without them. See
+    /// a second of each kind, the rest counted). At off (the default;
+    /// selftest's is warn) the records are not made. See
     /// docs/troubleshooting.md.
     #[arg(long, value_enum, value_name = "LEVEL")]
     pub bpf_log: Option<BpfLogLevel>,

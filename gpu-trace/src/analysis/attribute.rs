@@ -33,6 +33,8 @@ pub struct Attributor<S = LiveHost> {
     /// Policies of cgroups whose children were asked about, by path: what
     /// a child without programs of its own runs (see `inherited`).
     parents: FxHashMap<PathBuf, Dated<(Vec<u32>, CgroupPolicy)>>,
+    /// What `parents` holds, roughly, in bytes.
+    parents_bytes: usize,
 }
 
 /// A cached answer and when it was worked out.
@@ -45,9 +47,9 @@ type V1Key = (u32, u64, DeviceQuery);
 const V1_ANSWERS_CAPACITY: usize = 4096;
 const POLICIES_CAPACITY: usize = 4096;
 const ANSWERS_PER_POLICY: usize = 1024;
-/// Parents' policies: a container's siblings share a few parents; a tree a
-/// tenant makes fans out under a few too. Paths are at most 4 KiB each.
-const PARENTS_CAPACITY: usize = 64;
+/// Parents' policies, in bytes (paths are up to 4 KiB, and a tenant picks
+/// how many parents its cgroups have); emptied when full.
+const PARENTS_BUDGET_BYTES: usize = 1 << 20;
 
 impl Attributor<LiveHost> {
     pub fn new(mount: impl Into<std::path::PathBuf>) -> Self {
@@ -62,6 +64,7 @@ impl<S: PolicySource> Attributor<S> {
             policies: FxHashMap::default(),
             v1_answers: FxHashMap::default(),
             parents: FxHashMap::default(),
+            parents_bytes: 0,
         }
     }
 
@@ -70,6 +73,7 @@ impl<S: PolicySource> Attributor<S> {
         self.policies.retain(|id, _| exists(*id));
         self.v1_answers.retain(|(_, id, _), _| exists(*id));
         self.parents.clear();
+        self.parents_bytes = 0;
         self.policies.shrink_to_fit();
         self.v1_answers.shrink_to_fit();
         self.parents.shrink_to_fit();
@@ -239,7 +243,7 @@ impl<S: PolicySource> Attributor<S> {
         } else {
             self.inherited(cgroup)?
         };
-        let (ids, policy) = match inherited {
+        let (ids, policy, checked) = match inherited {
             Some(inherited) => inherited,
             None => {
                 let current = self.source.program_ids(cgroup)?;
@@ -248,7 +252,7 @@ impl<S: PolicySource> Attributor<S> {
                     return Ok(());
                 }
                 let policy = self.source.policy(cgroup, &current)?;
-                (current, policy)
+                (current, policy, Instant::now())
             }
         };
         if self.policies.len() >= POLICIES_CAPACITY {
@@ -259,7 +263,7 @@ impl<S: PolicySource> Attributor<S> {
             CachedPolicy {
                 ids,
                 policy,
-                checked: Instant::now(),
+                checked,
                 answers: FxHashMap::default(),
             },
         );
@@ -272,8 +276,11 @@ impl<S: PolicySource> Attributor<S> {
     /// kernel's cgroup lock, which a tenant making cgroups fast holds most
     /// of the time, and its new cgroups must not cost more than they cost
     /// the tenant. The parent's policy is trusted for RECHECK_AFTER, like
-    /// any cgroup's.
-    fn inherited(&mut self, cgroup: &Path) -> anyhow::Result<Option<(Vec<u32>, CgroupPolicy)>> {
+    /// any cgroup's, from when it was read: the child's is as old.
+    fn inherited(
+        &mut self,
+        cgroup: &Path,
+    ) -> anyhow::Result<Option<(Vec<u32>, CgroupPolicy, Instant)>> {
         let Some(parent) = cgroup.parent() else {
             return Ok(None);
         };
@@ -287,19 +294,36 @@ impl<S: PolicySource> Attributor<S> {
         if !fresh {
             let ids = self.source.program_ids(parent)?;
             let policy = self.source.policy(parent, &ids)?;
-            if self.parents.len() >= PARENTS_CAPACITY {
+            let bytes = parent.as_os_str().len() + policy_bytes(&policy);
+            if self.parents_bytes + bytes > PARENTS_BUDGET_BYTES {
                 self.parents.clear();
+                self.parents_bytes = 0;
             }
-            self.parents
+            self.parents_bytes += bytes;
+            let old = self
+                .parents
                 .insert(parent.to_path_buf(), (Instant::now(), (ids, policy)));
+            if let Some((_, (_, old))) = old {
+                self.parents_bytes -= parent.as_os_str().len() + policy_bytes(&old);
+            }
         }
-        let (_, (ids, policy)) = &self.parents[parent];
+        let (read_at, (ids, policy)) = &self.parents[parent];
         let policy = CgroupPolicy {
             cgroup: cgroup.to_string_lossy().into_owned(),
             programs: policy.programs.clone(),
         };
-        Ok(Some((ids.clone(), policy)))
+        Ok(Some((ids.clone(), policy, *read_at)))
     }
+}
+
+/// Roughly what a policy holds on the heap (its instructions are shared).
+fn policy_bytes(policy: &CgroupPolicy) -> usize {
+    let programs: usize = policy
+        .programs
+        .iter()
+        .map(|p| 96 + p.name.len() + p.tag.len() + p.attached_at.len() + p.loaded_at.len())
+        .sum();
+    policy.cgroup.len() + programs
 }
 
 /// The programs in force allow what the kernel denied.

@@ -36,3 +36,10 @@ pub fn attach_tracepoint(
         .with_context(|| format!("attaching to {category}:{event}"))?;
     Ok(tracepoint.take_link(id)?)
 }
+
+/// Takes map `name` out of the loaded object, to be read from here on.
+pub fn take_map(ebpf: &mut aya::Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
+    use anyhow::Context;
+    ebpf.take_map(name)
+        .with_context(|| format!("map {name} missing from the eBPF object"))
+}

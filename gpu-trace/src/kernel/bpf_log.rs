@@ -3,9 +3,11 @@
 //! with aya-log and printed on stderr as `gpu-trace: bpf: LEVEL: KIND: ...`.
 //!
 //! The level is set in the programs before they load: at `off` the
-//! verifier removes every logging branch, so they cost nothing. A flood of
-//! drops must not become a flood of lines: each kind gets at most
-//! `LINES_PER_KIND` a second, and the rest are counted and said once.
+//! verifier removes the records' bodies (aya-log's 128 KiB ring is still
+//! made). A flood of drops must not become a flood of lines: the programs
+//! make at most 10 records of a kind a second and count the rest
+//! (`DROP_RECORD_BUDGET`), and this side prints at most `LINES_PER_KIND` a
+//! second of a kind; what either left out is counted and said.
 
 use std::{
     collections::BTreeMap,
@@ -13,10 +15,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::Ebpf;
+use aya::{
+    maps::{Array, MapData},
+    Ebpf,
+};
 use aya_log::EbpfLogger;
+use gpu_trace_common::{map, DropRecordBudget, DROP_RECORD_KINDS};
 
-use crate::text::terminal::printable;
+use crate::{kernel::attach::take_map, text::terminal::printable};
 
 /// The user's choice; the order is aya-log's (error is 1, debug 4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -50,11 +56,14 @@ const KINDS_LIMIT: usize = 64;
 pub struct BpfLog {
     reader: EbpfLogger<Shared>,
     lines: Arc<Lines>,
+    budgets: Array<MapData, DropRecordBudget>,
+    /// Of each kind, the records the programs left out, as last said.
+    left_out_in_kernel: [u64; DROP_RECORD_KINDS.len()],
 }
 
 impl BpfLog {
-    /// Takes the records' ring buffer out of `ebpf` before any program is
-    /// loaded (the programs hold it from then on).
+    /// Takes the records' ring buffer and their budgets out of `ebpf`,
+    /// once the programs are loaded.
     pub fn start(ebpf: &mut Ebpf, level: BpfLogLevel) -> anyhow::Result<Option<Self>> {
         if level == BpfLogLevel::Off {
             return Ok(None);
@@ -62,7 +71,13 @@ impl BpfLog {
         let lines = Arc::new(Lines::default());
         let reader = EbpfLogger::init_with_logger(ebpf, Shared(Arc::clone(&lines)))
             .map_err(|e| anyhow::anyhow!("reading the kernel programs' log records: {e}"))?;
-        Ok(Some(Self { reader, lines }))
+        let budgets = Array::try_from(take_map(ebpf, map::DROP_RECORD_BUDGET)?)?;
+        Ok(Some(Self {
+            reader,
+            lines,
+            budgets,
+            left_out_in_kernel: [0; DROP_RECORD_KINDS.len()],
+        }))
     }
 
     /// Prints what the programs recorded since the last call, and says how
@@ -70,12 +85,27 @@ impl BpfLog {
     pub fn flush(&mut self) {
         self.reader.flush();
         self.lines.say_left_out(false);
+        self.say_left_out_in_kernel();
     }
 
     /// At the end: everything, the counts of what was left out included.
     pub fn finish(&mut self) {
         self.reader.flush();
         self.lines.say_left_out(true);
+        self.say_left_out_in_kernel();
+    }
+
+    fn say_left_out_in_kernel(&mut self) {
+        for (index, kind) in DROP_RECORD_KINDS.iter().enumerate() {
+            let Ok(budget) = self.budgets.get(&(index as u32), 0) else {
+                continue;
+            };
+            let new = budget.left_out - self.left_out_in_kernel[index];
+            if new > 0 {
+                eprintln!("gpu-trace: bpf: {new} more {kind} records left out by the kernel programs (at most 10 a second)");
+                self.left_out_in_kernel[index] = budget.left_out;
+            }
+        }
     }
 }
 

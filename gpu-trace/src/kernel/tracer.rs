@@ -16,7 +16,7 @@ use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAcc
 use crate::{
     host::{preflight::Unsupported, proc_devices::CharMajors},
     kernel::{
-        attach::{attach_tracepoint, Hook},
+        attach::{attach_tracepoint, take_map, Hook},
         bpf_log::{self, BpfLog, BpfLogLevel},
         cgroups_made::CgroupsMade,
         device_hook::{DeviceHook, HookChoice, Loaded},
@@ -462,6 +462,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
             true,
         )
         .override_global(bpf_log::LEVEL_GLOBAL, &config.bpf_log.in_kernel(), true)
+        .override_global(global::DROP_RECORD_LEVEL, &config.bpf_log.in_kernel(), true)
         .load(TRACER_OBJECT)
         .context("loading gpu-trace's eBPF object")
 }
@@ -530,11 +531,6 @@ impl WatchedMajors {
         }
         Ok(())
     }
-}
-
-fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
-    ebpf.take_map(name)
-        .with_context(|| format!("map {name} missing from the eBPF object"))
 }
 
 /// Attaches the program that remembers each new cgroup2 directory, once

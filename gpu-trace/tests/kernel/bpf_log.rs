@@ -122,14 +122,16 @@ fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
         );
         let lost_lines = said.iter().filter(|l| l.starts_with(&prefix)).count();
         assert!(lost_lines > 0, "no ring-full record: {said:#?}");
-        // At most 10 a second of the kind, over the flood's 2 s and the wait.
+        // At most 10 a second of the kind (a few more where CPUs race for
+        // the last place), over the flood's 2 s and the wait.
         assert!(
             lost_lines <= 40,
             "{lost_lines} ring-full records: not rate-limited"
         );
+        // The programs made at most 10 a second and counted the rest.
         assert!(
             said.iter()
-                .any(|l| l.contains("more ring-full records left out")),
+                .any(|l| l.contains("more ring-full records left out by the kernel programs")),
             "what the rate limit left out is not counted: {said:#?}"
         );
     }

@@ -159,3 +159,55 @@ fn a_cgroup_past_its_kernel_budget_is_said_held_back_at_debug_and_not_at_off() {
         );
     }
 }
+
+#[test]
+fn a_full_repeats_table_is_said_at_debug_and_not_at_off() {
+    let (host, programs) = or_skip!(kernel_test_with_programs, &["cgroup_fan"]);
+    let incident = Incident::new(&host, "bpf-log-repeats-full");
+    let (cgroups, minors) = (300u64, 64u64);
+    for level in ["debug", "off"] {
+        // A fold window of a minute keeps every key in the table; each
+        // cgroup sends its 64 first sightings, and 300 of them are more
+        // than its 16 384 keys. (--pid 1 keeps the records out of the way.)
+        let watcher = incident.watch(&[
+            "--format",
+            "json",
+            "--fold",
+            "60s",
+            "--pid",
+            "1",
+            "--bpf-log",
+            level,
+        ]);
+        let fan = incident.cgroup.path().join(format!("fan-{level}"));
+        fs::create_dir(&fan).expect("make the tenant's cgroup");
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let mut command = Command::new(&programs[0]);
+        command
+            .arg(&fan)
+            .arg(cgroups.to_string())
+            .arg(scratch.path().join("n"))
+            .arg(incident.uvm_major.to_string())
+            .arg(minors.to_string())
+            .stdout(Stdio::piped());
+        let child = command.spawn().expect("start cgroup_fan");
+        let pid = child.id();
+        assert_eq!(printed_count(child), cgroups * minors);
+        thread::sleep(Duration::from_millis(1_500));
+        let stderr = watcher.stop_cleanly();
+        for c in 0..cgroups {
+            let _ = fs::remove_dir(fan.join(format!("c{c}")));
+        }
+        let _ = fs::remove_dir(&fan);
+        let Some(said) = records_at(level, &stderr) else {
+            continue;
+        };
+        let prefix = format!(
+            "gpu-trace: bpf: debug: repeats-full: repeats sent, not counted: pid {pid} cgroup "
+        );
+        assert!(
+            said.iter().any(|l| l.starts_with(&prefix)),
+            "no repeats-full record: {said:#?}"
+        );
+    }
+}

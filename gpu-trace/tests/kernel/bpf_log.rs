@@ -160,16 +160,50 @@ fn a_cgroup_past_its_kernel_budget_is_said_held_back_at_debug_and_not_at_off() {
     }
 }
 
+/// `watch ARGS` while cgroup_fan makes `cgroups` cgroups below the
+/// incident's and, in each, mknods `minors` denied minors, `pause_ms`
+/// apart: the fanner's pid and watch's stderr. The cgroups are removed.
+fn watch_a_fan(
+    incident: &Incident,
+    cgroup_fan: &Path,
+    args: &[&str],
+    (cgroups, minors, pause_ms): (u64, u64, u64),
+) -> (u32, Vec<String>) {
+    let watcher = incident.watch(args);
+    let fan = incident.cgroup.path().join("fan");
+    fs::create_dir(&fan).expect("make the tenant's cgroup");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut command = Command::new(cgroup_fan);
+    command
+        .arg(&fan)
+        .arg(cgroups.to_string())
+        .arg(scratch.path().join("n"))
+        .arg(incident.uvm_major.to_string())
+        .arg(minors.to_string())
+        .arg(pause_ms.to_string())
+        .stdout(Stdio::piped());
+    let child = command.spawn().expect("start cgroup_fan");
+    let pid = child.id();
+    assert_eq!(printed_count(child), cgroups * minors);
+    thread::sleep(Duration::from_millis(1_500));
+    let stderr = watcher.stop_cleanly();
+    for c in 0..cgroups {
+        let _ = fs::remove_dir(fan.join(format!("c{c}")));
+    }
+    let _ = fs::remove_dir(&fan);
+    (pid, stderr)
+}
+
 #[test]
 fn a_full_repeats_table_is_said_at_debug_and_not_at_off() {
     let (host, programs) = or_skip!(kernel_test_with_programs, &["cgroup_fan"]);
     let incident = Incident::new(&host, "bpf-log-repeats-full");
-    let (cgroups, minors) = (300u64, 64u64);
     for level in ["debug", "off"] {
         // A fold window of a minute keeps every key in the table; each
         // cgroup sends its 64 first sightings, and 300 of them are more
-        // than its 16 384 keys. (--pid 1 keeps the records out of the way.)
-        let watcher = incident.watch(&[
+        // than its 16 384 keys, paced so that the ring buffer takes them.
+        // (--pid 1 keeps the records out of the way.)
+        let args = [
             "--format",
             "json",
             "--fold",
@@ -178,27 +212,8 @@ fn a_full_repeats_table_is_said_at_debug_and_not_at_off() {
             "1",
             "--bpf-log",
             level,
-        ]);
-        let fan = incident.cgroup.path().join(format!("fan-{level}"));
-        fs::create_dir(&fan).expect("make the tenant's cgroup");
-        let scratch = tempfile::tempdir().expect("temp dir");
-        let mut command = Command::new(&programs[0]);
-        command
-            .arg(&fan)
-            .arg(cgroups.to_string())
-            .arg(scratch.path().join("n"))
-            .arg(incident.uvm_major.to_string())
-            .arg(minors.to_string())
-            .stdout(Stdio::piped());
-        let child = command.spawn().expect("start cgroup_fan");
-        let pid = child.id();
-        assert_eq!(printed_count(child), cgroups * minors);
-        thread::sleep(Duration::from_millis(1_500));
-        let stderr = watcher.stop_cleanly();
-        for c in 0..cgroups {
-            let _ = fs::remove_dir(fan.join(format!("c{c}")));
-        }
-        let _ = fs::remove_dir(&fan);
+        ];
+        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (300, 64, 10));
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };
@@ -208,6 +223,37 @@ fn a_full_repeats_table_is_said_at_debug_and_not_at_off() {
         assert!(
             said.iter().any(|l| l.starts_with(&prefix)),
             "no repeats-full record: {said:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_full_held_back_table_is_said_at_debug_and_not_at_off() {
+    let (host, programs) = or_skip!(kernel_test_with_programs, &["cgroup_fan"]);
+    let incident = Incident::new(&host, "bpf-log-held-back-full");
+    for level in ["debug", "off"] {
+        // Each of 4 200 cgroups goes one past its 64 first sightings in the
+        // minute's window: one held-back key each, more than the table's
+        // 4 096. Most first sightings are lost to the ring buffer; only the
+        // held-back ones matter here.
+        let args = [
+            "--format",
+            "json",
+            "--fold",
+            "60s",
+            "--pid",
+            "1",
+            "--bpf-log",
+            level,
+        ];
+        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (4_200, 65, 0));
+        let Some(said) = records_at(level, &stderr) else {
+            continue;
+        };
+        let prefix = format!("gpu-trace: bpf: warn: held-back-full: event lost: pid {pid} cgroup ");
+        assert!(
+            said.iter().any(|l| l.starts_with(&prefix)),
+            "no held-back-full record: {said:#?}"
         );
     }
 }

@@ -1,7 +1,7 @@
 /* A tenant spreading denials over many cgroups, for the kernel tests: in
  * each of argv[2] new cgroups under argv[1] (made, then joined), mknod
  * argv[3] (removed again if made) as c argv[4]:m for m in 0..argv[5],
- * ten milliseconds between cgroups; each is refused by the device policy
+ * argv[6] milliseconds between cgroups; each is refused by the device policy
  * (EPERM). Prints how many were refused and exits 0; 100 on bad
  * arguments, 1 when a cgroup cannot be made or joined. Built with
  * -static. */
@@ -17,12 +17,13 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 6)
+    if (argc != 7)
         return 100;
     unsigned cgroups = (unsigned)atoi(argv[2]);
     unsigned major = (unsigned)atoi(argv[4]);
     unsigned minors = (unsigned)atoi(argv[5]);
-    struct timespec pause = {0, 10000000};
+    long pause_ms = atol(argv[6]);
+    struct timespec pause = {pause_ms / 1000, (pause_ms % 1000) * 1000000};
     long refused = 0;
     char dir[4096], procs[4200];
     for (unsigned c = 0; c < cgroups; c++) {

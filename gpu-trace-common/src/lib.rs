@@ -117,7 +117,7 @@ pub mod global {
 
 /// The kinds of drop record (gpu-trace-ebpf's why_dropped.rs), by index in
 /// `DROP_RECORD_BUDGET`; each record's text starts with its kind.
-pub const DROP_RECORD_KINDS: [&str; 7] = [
+pub const DROP_RECORD_KINDS: [&str; 8] = [
     "ring-full",
     "held-back-full",
     "held-back",
@@ -125,6 +125,7 @@ pub const DROP_RECORD_KINDS: [&str; 7] = [
     "path-cut",
     "path-unread",
     "path-changed",
+    "in-flight-evicted",
 ];
 
 /// Drop records of one kind made per second, host-wide; the rest are only

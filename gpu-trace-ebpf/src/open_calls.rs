@@ -121,6 +121,10 @@ fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) else {
+        // Every followed thread's call made an entry at its start.
+        if current_is_followed() {
+            why_dropped::in_flight_evicted((pid_tgid >> 32) as u32, tid);
+        }
         return 0;
     };
     // SAFETY: this thread's own entry; copied out, then marked finished so

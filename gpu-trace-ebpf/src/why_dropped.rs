@@ -151,3 +151,18 @@ pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
         );
     }
 }
+
+/// An open call's entry was gone at its exit: evicted from the full table
+/// of calls in flight (more threads than it holds opened files since), or
+/// the call began before gpu-trace attached. Its result is not seen.
+#[inline(never)]
+pub fn in_flight_evicted(pid: u32, tid: u32) {
+    if admitted(7, DEBUG) {
+        debug!(
+            &(),
+            "in-flight-evicted: an open call's entry was gone at its exit, its result unseen: pid {} tid {}",
+            pid,
+            tid
+        );
+    }
+}

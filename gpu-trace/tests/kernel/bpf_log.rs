@@ -257,3 +257,45 @@ fn a_full_held_back_table_is_said_at_debug_and_not_at_off() {
         );
     }
 }
+
+#[test]
+fn an_open_calls_entry_evicted_in_flight_is_said_at_debug_and_not_at_off() {
+    let _host = or_skip!(kernel_test);
+    let evict = or_skip!(c_program, "evict_in_flight", &["-pthread"]);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let fifo = scratch.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    // More new threads than the table of calls in flight holds (16 384).
+    let threads = gpu_trace_common::IN_FLIGHT_CAPACITY + 1_000;
+    for level in ["debug", "off"] {
+        // The syscall tracepoints: the route that keeps an entry per call.
+        let watcher = Watcher::start(&[
+            "--format",
+            "json",
+            "--opens",
+            "tracepoints",
+            "--bpf-log",
+            level,
+        ]);
+        let mut command = Command::new(&evict);
+        command
+            .arg(&fifo)
+            .arg(threads.to_string())
+            .stdout(Stdio::piped());
+        let child = command.spawn().expect("start evict_in_flight");
+        let pid = child.id();
+        let tid = printed_count(child);
+        thread::sleep(Duration::from_millis(1_500));
+        let stderr = watcher.stop_cleanly();
+        let Some(said) = records_at(level, &stderr) else {
+            continue;
+        };
+        let expected = format!(
+            "gpu-trace: bpf: debug: in-flight-evicted: an open call's entry was gone at its exit, its result unseen: pid {pid} tid {tid}"
+        );
+        assert!(
+            said.contains(&&expected),
+            "{expected:?} not among {said:#?}"
+        );
+    }
+}

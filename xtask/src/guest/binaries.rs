@@ -26,13 +26,14 @@ pub(crate) struct GuestBinaries {
 }
 
 /// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
-const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 6] = [
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 7] = [
     ("open32", &["-m32"]),
     ("uring_open", &[]),
     ("flip_open", &["-pthread"]),
     ("mknod_cycle", &[]),
     ("open_paced", &[]),
     ("cgroup_fan", &[]),
+    ("evict_in_flight", &["-pthread"]),
 ];
 
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked

@@ -479,6 +479,12 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
             &|| once(&[], settings.opens),
             settings.opens,
         );
+        let in_kernel_bpf_log = in_kernel_cost(
+            scene,
+            &["--bpf-log", "debug"],
+            &|| once(&[], settings.opens),
+            settings.opens,
+        );
         let in_kernel_tracepoints = settings.guest.then(|| {
             in_kernel_cost(
                 scene,
@@ -497,6 +503,7 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
         rows.push(
             json!({ "target": name, "configs": entries, "in_kernel_ns_per_open": in_kernel,
                     "in_kernel_ns_per_open_full": in_kernel_full,
+                    "in_kernel_ns_per_open_bpf_log_debug": in_kernel_bpf_log,
                     "in_kernel_ns_per_open_tracepoints": in_kernel_tracepoints }),
         );
     }
@@ -1391,9 +1398,10 @@ fn print_tables(results: &Value) {
         let in_kernel = |key: &str| row[key]["total"].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             out,
-            "    gpu-trace's programs in the kernel: {:.0} ns per call, {:.0} with --opens full (BPF run-time stats)",
+            "    gpu-trace's programs in the kernel: {:.0} ns per call, {:.0} with --opens full, {:.0} with --bpf-log debug (BPF run-time stats)",
             in_kernel("in_kernel_ns_per_open"),
             in_kernel("in_kernel_ns_per_open_full"),
+            in_kernel("in_kernel_ns_per_open_bpf_log_debug"),
         );
         if !row["in_kernel_ns_per_open_tracepoints"].is_null() {
             let _ = writeln!(

@@ -201,7 +201,9 @@ fn a_full_repeats_table_is_said_at_debug_and_not_at_off() {
     for level in ["debug", "off"] {
         // A fold window of a minute keeps every key in the table; each
         // cgroup sends its 64 first sightings, and 300 of them are more
-        // than its 16 384 keys, paced so that the ring buffer takes them.
+        // than its 16 384 keys, paced so that the ring buffer takes them
+        // also under emulation, where watch reads a few thousand events a
+        // second (a first sighting lost to the ring makes no key).
         // (--pid 1 keeps the records out of the way.)
         let args = [
             "--format",
@@ -213,7 +215,7 @@ fn a_full_repeats_table_is_said_at_debug_and_not_at_off() {
             "--bpf-log",
             level,
         ];
-        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (300, 64, 10));
+        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (300, 64, 40));
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };
@@ -232,10 +234,12 @@ fn a_full_held_back_table_is_said_at_debug_and_not_at_off() {
     let (host, programs) = or_skip!(kernel_test_with_programs, &["cgroup_fan"]);
     let incident = Incident::new(&host, "bpf-log-held-back-full");
     for level in ["debug", "off"] {
-        // Each of 4 200 cgroups goes one past its 64 first sightings in the
+        // Each of 4 600 cgroups goes past its 64 first sightings in the
         // minute's window: one held-back key each, more than the table's
-        // 4 096. Most first sightings are lost to the ring buffer; only the
-        // held-back ones matter here.
+        // 4 096 (with a margin: the kernel's LRU table of counts may drop
+        // a cgroup's count early, which starts its budget again). Most
+        // first sightings are lost to the ring buffer; only the held-back
+        // ones matter here.
         let args = [
             "--format",
             "json",
@@ -246,7 +250,7 @@ fn a_full_held_back_table_is_said_at_debug_and_not_at_off() {
             "--bpf-log",
             level,
         ];
-        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (4_200, 65, 0));
+        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (4_600, 70, 0));
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };

@@ -194,76 +194,60 @@ fn watch_a_fan(
     (pid, stderr)
 }
 
+/// A fan of `scene` (cgroups, minors, pause) under `--fold 60s` (a window
+/// of a minute keeps every key in the tables) at debug, with `--pid 1`
+/// keeping the lines out of the way: a record of the fanner's starting
+/// `record` must be among the kernel's. At debug only: the fans are long
+/// under emulation, and `off` is checked by the cheaper scenes above.
+fn a_fan_fills(test: &str, scene: (u64, u64, u64), record: &str) {
+    let Some((host, programs)) = kernel_test_with_programs(test, &["cgroup_fan"]) else {
+        return;
+    };
+    let incident = Incident::new(&host, test);
+    let args = [
+        "--format",
+        "json",
+        "--fold",
+        "60s",
+        "--pid",
+        "1",
+        "--bpf-log",
+        "debug",
+    ];
+    let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, scene);
+    let said = records_at("debug", &stderr).expect("records at debug");
+    let prefix = format!("gpu-trace: bpf: {record} pid {pid} cgroup ");
+    assert!(
+        said.iter().any(|l| l.starts_with(&prefix)),
+        "no {record:?} record: {said:#?}"
+    );
+}
+
 #[test]
 fn a_full_repeats_table_is_said_at_debug() {
-    let (host, programs) = or_skip!(kernel_test_with_programs, &["cgroup_fan"]);
-    let incident = Incident::new(&host, "bpf-log-repeats-full");
-    // At debug only: the floods are long under emulation, and `off` is
-    // checked by the cheaper scenes above.
-    for level in ["debug"] {
-        // A fold window of a minute keeps every key in the table; each
-        // cgroup sends its 64 first sightings, and 300 of them are more
-        // than its 16 384 keys, paced so that the ring buffer takes them
-        // also under emulation, where watch reads a few thousand events a
-        // second (a first sighting lost to the ring makes no key).
-        // (--pid 1 keeps the records out of the way.)
-        let args = [
-            "--format",
-            "json",
-            "--fold",
-            "60s",
-            "--pid",
-            "1",
-            "--bpf-log",
-            level,
-        ];
-        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (300, 64, 40));
-        let Some(said) = records_at(level, &stderr) else {
-            continue;
-        };
-        let prefix = format!(
-            "gpu-trace: bpf: debug: repeats-full: repeats sent, not counted: pid {pid} cgroup "
-        );
-        assert!(
-            said.iter().any(|l| l.starts_with(&prefix)),
-            "no repeats-full record: {said:#?}"
-        );
-    }
+    // Each cgroup sends its 64 first sightings, and 300 of them are more
+    // than the table's 16 384 keys, paced so that the ring buffer takes
+    // them also under emulation, where watch reads a few thousand events
+    // a second (a first sighting lost to the ring makes no key).
+    a_fan_fills(
+        test_name!(),
+        (300, 64, 40),
+        "debug: repeats-full: repeats sent, not counted:",
+    );
 }
 
 #[test]
 fn a_full_held_back_table_is_said_at_debug() {
-    let (host, programs) = or_skip!(kernel_test_with_programs, &["cgroup_fan"]);
-    let incident = Incident::new(&host, "bpf-log-held-back-full");
-    // At debug only: the floods are long under emulation, and `off` is
-    // checked by the cheaper scenes above.
-    for level in ["debug"] {
-        // Each of 4 600 cgroups goes past its 64 first sightings in the
-        // minute's window: one held-back key each, more than the table's
-        // 4 096 (with a margin: the kernel's LRU table of counts may drop
-        // a cgroup's count early, which starts its budget again). Most
-        // first sightings are lost to the ring buffer; only the held-back
-        // ones matter here.
-        let args = [
-            "--format",
-            "json",
-            "--fold",
-            "60s",
-            "--pid",
-            "1",
-            "--bpf-log",
-            level,
-        ];
-        let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, (4_600, 70, 0));
-        let Some(said) = records_at(level, &stderr) else {
-            continue;
-        };
-        let prefix = format!("gpu-trace: bpf: warn: held-back-full: event lost: pid {pid} cgroup ");
-        assert!(
-            said.iter().any(|l| l.starts_with(&prefix)),
-            "no held-back-full record: {said:#?}"
-        );
-    }
+    // Each of 4 600 cgroups goes past its 64 first sightings: one
+    // held-back key each, more than the table's 4 096 (with a margin: the
+    // kernel's LRU table of counts may drop a cgroup's count early, which
+    // starts its budget again). Most first sightings are lost to the ring
+    // buffer; only the held-back ones matter here.
+    a_fan_fills(
+        test_name!(),
+        (4_600, 70, 0),
+        "warn: held-back-full: event lost:",
+    );
 }
 
 #[test]
@@ -275,37 +259,33 @@ fn an_open_calls_entry_evicted_in_flight_is_said_at_debug() {
     nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).expect("mkfifo");
     // More new threads than the table of calls in flight holds (16 384).
     let threads = gpu_trace_common::IN_FLIGHT_CAPACITY + 1_000;
-    // At debug only: the floods are long under emulation, and `off` is
-    // checked by the cheaper scenes above.
-    for level in ["debug"] {
-        // The syscall tracepoints: the route that keeps an entry per call.
-        let watcher = Watcher::start(&[
-            "--format",
-            "json",
-            "--opens",
-            "tracepoints",
-            "--bpf-log",
-            level,
-        ]);
-        let mut command = Command::new(&evict);
-        command
-            .arg(&fifo)
-            .arg(threads.to_string())
-            .stdout(Stdio::piped());
-        let child = command.spawn().expect("start evict_in_flight");
-        let pid = child.id();
-        let tid = printed_count(child);
-        thread::sleep(Duration::from_millis(1_500));
-        let stderr = watcher.stop_cleanly();
-        let Some(said) = records_at(level, &stderr) else {
-            continue;
-        };
-        let expected = format!(
-            "gpu-trace: bpf: debug: in-flight-evicted: an open call's entry was gone at its exit, its result unseen: pid {pid} tid {tid}"
-        );
-        assert!(
-            said.contains(&&expected),
-            "{expected:?} not among {said:#?}"
-        );
-    }
+    // At debug only: the thread churn is long under emulation, and `off`
+    // is checked by the cheaper scenes above. The syscall tracepoints: the
+    // route that keeps an entry per call.
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--opens",
+        "tracepoints",
+        "--bpf-log",
+        "debug",
+    ]);
+    let mut command = Command::new(&evict);
+    command
+        .arg(&fifo)
+        .arg(threads.to_string())
+        .stdout(Stdio::piped());
+    let child = command.spawn().expect("start evict_in_flight");
+    let pid = child.id();
+    let tid = printed_count(child);
+    thread::sleep(Duration::from_millis(1_500));
+    let stderr = watcher.stop_cleanly();
+    let said = records_at("debug", &stderr).expect("records at debug");
+    let expected = format!(
+        "gpu-trace: bpf: debug: in-flight-evicted: an open call's entry was gone at its exit, its result unseen: pid {pid} tid {tid}"
+    );
+    assert!(
+        said.contains(&&expected),
+        "{expected:?} not among {said:#?}"
+    );
 }

@@ -101,6 +101,11 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
                 ring.before_drain().await;
                 let handed = session.drain(DRAIN_BATCH, output);
                 output.flush()?;
+                // Also here, not only on the tick: under a flood the tick
+                // comes late, and aya-log's 128 KiB ring would fill and
+                // drop records uncounted. Bounded: the programs make at
+                // most 10 records of a kind a second.
+                session.tracer.flush_bpf_log();
                 ring.drained(handed);
             }
         }

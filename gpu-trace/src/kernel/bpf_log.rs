@@ -83,9 +83,15 @@ impl BpfLog {
     /// Prints what the programs recorded since the last call, and says how
     /// many were left out by the rate limit in windows that closed.
     pub fn flush(&mut self) {
+        self.read();
+        self.say_left_out_in_kernel();
+    }
+
+    /// The records alone, without asking the kernel for its counts (a
+    /// lookup per kind): for after each drain of the event ring.
+    pub fn read(&mut self) {
         self.reader.flush();
         self.lines.say_left_out(false);
-        self.say_left_out_in_kernel();
     }
 
     /// At the end: everything, the counts of what was left out included.

@@ -200,6 +200,14 @@ impl Tracer {
         }
     }
 
+    /// The kernel programs' records since the last read, without their
+    /// left-out counts (the tick says those).
+    pub fn read_bpf_log(&mut self) {
+        if let Some(log) = &mut self.bpf_log {
+            log.read();
+        }
+    }
+
     /// The last of the kernel programs' records, with what the rate limit
     /// left out.
     pub fn finish_bpf_log(&mut self) {

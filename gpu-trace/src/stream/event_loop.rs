@@ -105,7 +105,7 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
                 // comes late, and aya-log's 128 KiB ring would fill and
                 // drop records uncounted. Bounded: the programs make at
                 // most 10 records of a kind a second.
-                session.tracer.flush_bpf_log();
+                session.tracer.read_bpf_log();
                 ring.drained(handed);
             }
         }

@@ -105,7 +105,7 @@ fn main() {
         "machine": machine(),
         "settings": { "runs": settings.runs, "opens": settings.opens, "seconds": settings.seconds },
     });
-    // `--only overhead|throughput|startup|tenants|workload` runs one group.
+    // `--only overhead|repeats|throughput|startup|tenants|workload` runs one group.
     let only = if guest {
         Some("overhead".to_string())
     } else {
@@ -117,6 +117,10 @@ fn main() {
     let wanted = |group: &str| only.as_deref().is_none_or(|o| o == group);
     if wanted("overhead") {
         results["open_overhead"] = open_overhead(&settings, &open_loop, &scene);
+    }
+    // Part of the overhead group; `--only repeats` runs it alone.
+    if wanted("overhead") || wanted("repeats") {
+        results["repeated_denial"] = repeated_denial(&settings, &open_loop, &scene);
     }
     if wanted("throughput") {
         results["throughput"] = throughput(&settings, &open_loop, &scene);
@@ -319,10 +323,17 @@ impl Background {
 }
 
 fn watch(scene: &Scene, extra: &[&str], stdout: Stdio) -> Background {
+    // --fold 0 unless `extra` folds: every event is written, as the
+    // measurements assume.
+    let fold: &[&str] = if extra.contains(&"--fold") {
+        &[]
+    } else {
+        &["--fold", "0"]
+    };
     let mut command = Command::new(gpu_trace());
     command
-        // --fold 0: every event is written, as the measurements assume.
-        .args(["watch", "--fold", "0", "--major", &scene.major.to_string()])
+        .args(["watch", "--major", &scene.major.to_string()])
+        .args(fold)
         .args(extra)
         .stdout(stdout);
     Background::start(command, "gpu-trace: ready", false)
@@ -509,6 +520,62 @@ fn open_overhead(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value 
     }
     let _ = fs::remove_file(&out_file);
     Value::Array(rows)
+}
+
+/// The same denial over and over, under watch's default fold: every open
+/// but the first of a window is a repeat, which the kernel only counts.
+/// What our programs spend on each, and what two producers flooding the
+/// denied node keep of their untraced rate (paired, as the rows above).
+fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
+    eprintln!("bench: repeated denial (default --fold)");
+    const FOLD: [&str; 2] = ["--fold", "5s"];
+    let opens = settings.opens * 10;
+    let once = || {
+        run_loop(
+            &[],
+            open_loop,
+            &scene.denied_node,
+            opens,
+            Some(scene.cgroup()),
+        )
+    };
+    let in_kernel = in_kernel_cost(scene, &FOLD, &once, opens);
+    let with_fold_0 = in_kernel_cost(scene, &[], &once, opens);
+    // Two producers flat out, one per CPU: denials per second, summed.
+    let flood = || -> f64 {
+        producers_of_denials(open_loop, scene, 2, opens, None)
+            .into_iter()
+            .map(|p| {
+                let out = p.wait_with_output().expect("producer");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let ns: f64 = text
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("open loop said {text:?}"));
+                1e9 / ns
+            })
+            .sum()
+    };
+    let mut pairs = Vec::new();
+    let mut baseline = Vec::new();
+    for _ in 0..settings.runs {
+        let base = flood();
+        let tracer = watch(scene, &FOLD, Stdio::null());
+        let traced = flood();
+        tracer.stop();
+        baseline.push(base);
+        pairs.push((traced, traced / base));
+    }
+    let (base, base_lo, base_hi) = median_and_spread(baseline);
+    json!({
+        "in_kernel_ns_per_repeat": in_kernel,
+        "in_kernel_ns_per_first_sighting": with_fold_0,
+        "flood": [
+            { "config": "2 producers, nothing attached", "denials_per_s": base, "min": base_lo, "max": base_hi, "ratio": 1.0 },
+            paired_entry("2 producers under watch (--fold 5s)", "denials_per_s", pairs),
+        ],
+    })
 }
 
 /// The time gpu-trace's own programs spend per open, from the kernel's BPF
@@ -1433,6 +1500,7 @@ fn print_tables(results: &Value) {
             let _ = writeln!(out, "{line}");
         }
     }
+    print_repeated_denial(&mut out, &results["repeated_denial"]);
     let t = &results["throughput"];
     if t.is_null() {
         print_startup(&mut out, &results["startup"]);
@@ -1465,6 +1533,46 @@ fn print_tables(results: &Value) {
     print_startup(&mut out, &results["startup"]);
     print_tenants(&mut out, &results["tenant_cgroups"]);
     print_workload(&mut out, &results["workload"]);
+}
+
+fn print_repeated_denial(out: &mut impl Write, r: &Value) {
+    if r.is_null() {
+        return;
+    }
+    let per_program = |key: &str| {
+        let programs = r[key]["programs"].as_object().cloned().unwrap_or_default();
+        let parts: Vec<String> = programs
+            .iter()
+            .filter(|(_, p)| p["runs"].as_u64().unwrap_or(0) > 0)
+            .map(|(name, p)| format!("{name} {:.0}", p["ns_per_open"].as_f64().unwrap_or(0.0)))
+            .collect();
+        format!(
+            "{:.0} ns ({})",
+            r[key]["total"].as_f64().unwrap_or(0.0),
+            parts.join(", ")
+        )
+    };
+    let _ = writeln!(
+        out,
+        "\nA repeated denial (the denied node opened over and over; watch's default --fold 5s):\n    gpu-trace's programs per repeat: {}\n    per first sighting (--fold 0): {}",
+        per_program("in_kernel_ns_per_repeat"),
+        per_program("in_kernel_ns_per_first_sighting"),
+    );
+    for c in r["flood"].as_array().into_iter().flatten() {
+        let number = |key: &str| c[key].as_f64().unwrap_or(0.0);
+        let mut line = format!(
+            "    {:<48} {:>11.0}/s  [{:.0}-{:.0}]  x{:.3}",
+            c["config"].as_str().unwrap_or(""),
+            number("denials_per_s"),
+            number("min"),
+            number("max"),
+            number("ratio"),
+        );
+        if c.get("ratio_min").is_some() {
+            line += &format!(" [x{:.3}-x{:.3}]", number("ratio_min"), number("ratio_max"));
+        }
+        let _ = writeln!(out, "{line}");
+    }
 }
 
 /// One sink's throughput steps, zero-loss rung and CPU budget.

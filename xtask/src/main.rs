@@ -554,8 +554,9 @@ fn bench(
     only: Option<&str>,
     kernels: &[guest::kernels::Series],
 ) -> anyhow::Result<()> {
-    const GROUPS: [&str; 6] = [
+    const GROUPS: [&str; 7] = [
         "overhead",
+        "repeats",
         "throughput",
         "startup",
         "tenants",

@@ -203,4 +203,19 @@ fn print_summary(guests: &Value) {
             );
         }
     }
+    println!("\nA repeated denial in the guests (default --fold 5s): our programs per repeat, per first sighting; two producers' flood ratio");
+    for (kernel, results) in guests.as_object().into_iter().flatten() {
+        let repeated = &results["repeated_denial"];
+        let total = |key: &str| repeated[key]["total"].as_f64().unwrap_or(0.0);
+        let flood = repeated["flood"][1]["ratio"]
+            .as_f64()
+            .map_or("-".to_string(), |r| format!("x{r:.3}"));
+        println!(
+            "  {:<6} {:>6.0} ns {:>6.0} ns  {:>8}",
+            kernel,
+            total("in_kernel_ns_per_repeat"),
+            total("in_kernel_ns_per_first_sighting"),
+            flood
+        );
+    }
 }

@@ -378,7 +378,9 @@ pub struct RepeatKey {
     pub cgroup_id: u64,
     pub window: u64,
     pub device: DeviceFields,
-    /// `FLAG_*` of the first event, but FLAG_PATH_TRUNCATED.
+    /// `FLAG_*` of the first event, but FLAG_PATH_TRUNCATED and
+    /// FLAG_PATH_FROM_REGS: a repeat is decided before the saved registers
+    /// are read (userspace keeps the first's flags with its path).
     pub flags: u16,
     pub _pad: u16,
     pub hook_verdict: i32,
@@ -397,7 +399,7 @@ impl RepeatKey {
             cgroup_id: head.cgroup_id,
             window: head.boot_ns / window_ns,
             device: head.device,
-            flags: head.flags & !FLAG_PATH_TRUNCATED,
+            flags: head.flags & !(FLAG_PATH_TRUNCATED | FLAG_PATH_FROM_REGS),
             _pad: 0,
             hook_verdict: head.hook_verdict,
             syscall_ret: head.syscall_ret,
@@ -418,7 +420,9 @@ impl RepeatKey {
 pub struct RepeatCount {
     /// Repeats counted (atomically, by every CPU); userspace takes differences.
     pub repeats: u64,
-    /// The latest repeat's time, process and thread, uid and syscall.
+    /// The latest repeat's time, process and thread, uid and syscall (the
+    /// syscall SYSCALL_NONE where the repeat was known before the saved
+    /// registers would have named it: userspace takes the first's).
     pub last_ns: u64,
     pub last_pid: u32,
     pub last_tid: u32,

@@ -47,7 +47,25 @@ pub fn record(check: &DeviceCheck) {
     if !is_watched(check.device.dev_type, check.device.major) || !current_is_followed() {
         return;
     }
-    report_now(check, syscall_path_argument());
+    report_now(check, SavedRegisters::Unread);
+}
+
+/// The syscall and path argument in the saved registers
+/// (syscall_path_argument), read only for a first sighting.
+#[derive(Clone, Copy)]
+enum SavedRegisters {
+    Unread,
+    Read(Option<(u16, u64)>),
+}
+
+impl SavedRegisters {
+    #[inline(always)]
+    fn read(self) -> Option<(u16, u64)> {
+        match self {
+            SavedRegisters::Unread => syscall_path_argument(),
+            SavedRegisters::Read(regs) => regs,
+        }
+    }
 }
 
 /// With fexit alone on the open function: a sighting the open's exit could
@@ -88,7 +106,7 @@ fn left_for_open_exit(check: &DeviceCheck) {
             // Per thread, replaced by the next (LRU: never full for good).
             let _ = IN_FLIGHT.insert(bpf_get_current_pid_tgid() as u32, call, 0);
         }
-        _ if watched => report_now(check, regs),
+        _ if watched => report_now(check, SavedRegisters::Read(regs)),
         _ => {}
     }
 }
@@ -136,20 +154,15 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
     false
 }
 
-/// `regs`: the syscall and path argument, as syscall_path_argument found them.
 #[inline(always)]
-fn report_now(check: &DeviceCheck, regs: Option<(u16, u64)>) {
+fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     // Outside a traced open (mknod, io_uring, or every access when no open
     // route is attached): report it now.
     if check.verdict == 0 && !report_allowed() {
         return;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    let (syscall, path, flags) = match regs {
-        Some((syscall, path)) => (syscall, path, FLAG_DEVICE_SEEN | FLAG_PATH_FROM_REGS),
-        None => (SYSCALL_NONE, 0, FLAG_DEVICE_SEEN),
-    };
-    let head = EventHead {
+    let mut head = EventHead {
         // SAFETY: helpers without arguments.
         boot_ns: unsafe { bpf_ktime_get_boot_ns() },
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
@@ -159,9 +172,20 @@ fn report_now(check: &DeviceCheck, regs: Option<(u16, u64)>) {
         device: check.device,
         hook_verdict: check.verdict,
         syscall_ret: 0,
-        syscall,
-        flags,
+        syscall: SYSCALL_NONE,
+        flags: FLAG_DEVICE_SEEN,
         _pad: 0,
     };
-    events::send(head, path);
+    let Some(comm) = events::first_sighting(&head) else {
+        return;
+    };
+    let path = match regs.read() {
+        Some((syscall, path)) => {
+            head.syscall = syscall;
+            head.flags |= FLAG_PATH_FROM_REGS;
+            path
+        }
+        None => 0,
+    };
+    events::send_first(head, &comm, path);
 }

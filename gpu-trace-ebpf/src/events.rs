@@ -13,16 +13,28 @@ use crate::{
     why_dropped,
 };
 
-/// Sends `head`, the current command name and the NUL-terminated path at
-/// the user address `path` (0: none); counts the event as lost when the
-/// ring buffer is full.
+/// The current command name, unless `head` is a repeat, which is counted
+/// here and goes no further. A repeat is decided from the head and the
+/// command name alone: whatever else a first sighting needs (the saved
+/// registers' walk, the path) is read after this, so that a retry storm
+/// pays a hash lookup and an add per denial.
 #[inline(always)]
-pub fn send(mut head: EventHead, path: u64) {
+pub fn first_sighting(head: &EventHead) -> Option<[u8; COMM_LEN]> {
     let mut comm = [0u8; COMM_LEN];
     // SAFETY: a buffer of COMM_LEN bytes on our stack; the helper zeroes it
     // when it fails.
     unsafe { bpf_get_current_comm(comm.as_mut_ptr().cast(), COMM_LEN as u32) };
-    if fold::counted_as_repeat(&head, &comm) || fold::held_back(&head, &comm) {
+    (!fold::counted_as_repeat(head, &comm)).then_some(comm)
+}
+
+/// Sends a first sighting that `first_sighting` let through (its head
+/// completed since), its command name and the NUL-terminated path at the
+/// user address `path` (0: none); counts the event as lost when the ring
+/// buffer is full.
+#[inline(always)]
+pub fn send_first(mut head: EventHead, comm: &[u8; COMM_LEN], path: u64) {
+    let comm = *comm;
+    if fold::held_back(&head, &comm) {
         return;
     }
     let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {

@@ -17,7 +17,6 @@
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
-use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use gpu_trace_common::{
     CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey, RepeatCount, RepeatKey,
     COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP,
@@ -53,10 +52,9 @@ pub fn counted_as_repeat(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
     // rest is "the latest", where a torn mix of two repeats does no harm.
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*count).repeats, 1);
-        let pid_tgid = bpf_get_current_pid_tgid();
         (*count).last_ns = head.boot_ns;
-        (*count).last_pid = (pid_tgid >> 32) as u32;
-        (*count).last_tid = pid_tgid as u32;
+        (*count).last_pid = head.pid;
+        (*count).last_tid = head.tid;
         (*count).last_uid = head.uid;
         (*count).last_syscall = head.syscall;
     }

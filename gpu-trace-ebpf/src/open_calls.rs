@@ -369,11 +369,6 @@ fn starts_with<const N: usize>(head: &[u8; 11], prefix: &[u8; N]) -> bool {
 }
 
 fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags: u16) {
-    // Read from the registers only for a call that is reported.
-    let syscall = match known {
-        SyscallKnown::Yes => call.syscall,
-        SyscallKnown::FromRegisters => syscall_of_call(call.syscall),
-    };
     // The observer takes these only for watched devices.
     let (boot_ns, cgroup_id, uid) = if call.seen & SEEN_WATCHED != 0 {
         (call.boot_ns, call.cgroup_id, call.uid)
@@ -387,7 +382,7 @@ fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags
             )
         }
     };
-    let head = EventHead {
+    let mut head = EventHead {
         boot_ns,
         cgroup_id,
         pid: (pid_tgid >> 32) as u32,
@@ -396,9 +391,22 @@ fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags
         device: call.device,
         hook_verdict: call.hook_verdict,
         syscall_ret: ret,
-        syscall,
+        // Not known yet: a repeat's is taken from its first (userspace).
+        syscall: if known == SyscallKnown::Yes {
+            call.syscall
+        } else {
+            SYSCALL_NONE
+        },
         flags,
         _pad: 0,
     };
-    events::send(head, call.path_ptr);
+    let Some(comm) = events::first_sighting(&head) else {
+        return;
+    };
+    // Read from the registers only for a first sighting: a repeat keeps
+    // the syscall its first had.
+    if known == SyscallKnown::FromRegisters {
+        head.syscall = syscall_of_call(call.syscall);
+    }
+    events::send_first(head, &comm, call.path_ptr);
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use aya::maps::{HashMap, MapData};
 use gpu_trace_common::{
-    DeviceAccessEvent, EventHead, RepeatCount, RepeatKey, FLAG_PATH_TRUNCATED, PATH_LEN,
-    REPEATS_CAPACITY,
+    DeviceAccessEvent, EventHead, RepeatCount, RepeatKey, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED,
+    PATH_LEN, REPEATS_CAPACITY, SYSCALL_NONE,
 };
 use rustc_hash::FxHashMap;
 
@@ -35,6 +35,10 @@ pub struct KernelRepeats {
 struct SentPath {
     path: Box<[u8]>,
     truncated: bool,
+    /// The first's syscall and whether it came from the saved registers:
+    /// the kernel counts repeats before it reads them.
+    from_regs: bool,
+    syscall: u16,
     sent: Instant,
 }
 
@@ -67,6 +71,8 @@ impl KernelRepeats {
         let sent = SentPath {
             path: path.into(),
             truncated: head.flags & FLAG_PATH_TRUNCATED != 0,
+            from_regs: head.flags & FLAG_PATH_FROM_REGS != 0,
+            syscall: head.syscall,
             sent: Instant::now(),
         };
         self.paths.insert(key, sent);
@@ -120,12 +126,19 @@ fn access_of(
     verdict_from: VerdictSource,
 ) -> DeviceAccess {
     let mut flags = key.flags;
+    let mut syscall = latest.last_syscall;
     let mut path_bytes = [0; PATH_LEN];
     if let Some(sent) = path {
         let len = sent.path.len().min(PATH_LEN - 1);
         path_bytes[..len].copy_from_slice(&sent.path[..len]);
         if sent.truncated {
             flags |= FLAG_PATH_TRUNCATED;
+        }
+        if sent.from_regs {
+            flags |= FLAG_PATH_FROM_REGS;
+        }
+        if syscall == SYSCALL_NONE {
+            syscall = sent.syscall;
         }
     }
     let event = DeviceAccessEvent {
@@ -138,7 +151,7 @@ fn access_of(
             device: key.device,
             hook_verdict: key.hook_verdict,
             syscall_ret: key.syscall_ret,
-            syscall: latest.last_syscall,
+            syscall,
             flags,
             _pad: 0,
         },

@@ -82,7 +82,9 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
     assert!(folded["first_seen"].as_str() <= folded["last_seen"].as_str());
     // A repeat counted in the kernel is told like its first: same node, path and cause.
     for record in &records {
-        for field in ["path", "device", "cause", "errno", "verdict", "cgroup"] {
+        for field in [
+            "path", "syscall", "device", "cause", "errno", "verdict", "cgroup",
+        ] {
             assert_eq!(record[field], first[0][field], "{field}: {record:#}");
         }
     }

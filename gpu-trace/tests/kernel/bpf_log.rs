@@ -160,15 +160,30 @@ fn a_cgroup_past_its_kernel_budget_is_said_held_back_at_debug_and_not_at_off() {
     }
 }
 
-/// `watch ARGS` while cgroup_fan makes `cgroups` cgroups below the
-/// incident's and, in each, mknods `minors` denied minors, `pause_ms`
-/// apart: the fanner's pid and watch's stderr. The cgroups are removed.
+/// What cgroup_fan is asked to do: make `cgroups` cgroups below the
+/// incident's and, in each, mknod `minors` denied minors, `majors` majors
+/// taken in turn from the incident's uvm major up, `pause_ms` between cgroups.
+struct Fan {
+    cgroups: u64,
+    minors: u64,
+    majors: u32,
+    pause_ms: u64,
+}
+
+/// `watch ARGS` while cgroup_fan makes `fan`: the fanner's pid and watch's
+/// stderr. The cgroups are removed.
 fn watch_a_fan(
     incident: &Incident,
     cgroup_fan: &Path,
     args: &[&str],
-    (cgroups, minors, pause_ms): (u64, u64, u64),
+    fan_of: &Fan,
 ) -> (u32, Vec<String>) {
+    let Fan {
+        cgroups,
+        minors,
+        majors,
+        pause_ms,
+    } = *fan_of;
     let watcher = incident.watch(args);
     let fan = incident.cgroup.path().join("fan");
     fs::create_dir(&fan).expect("make the tenant's cgroup");
@@ -181,6 +196,7 @@ fn watch_a_fan(
         .arg(incident.uvm_major.to_string())
         .arg(minors.to_string())
         .arg(pause_ms.to_string())
+        .arg(majors.to_string())
         .stdout(Stdio::piped());
     let child = command.spawn().expect("start cgroup_fan");
     let pid = child.id();
@@ -199,12 +215,12 @@ fn watch_a_fan(
 /// keeping the lines out of the way: a record of the fanner's starting
 /// `record` must be among the kernel's. At debug only: the fans are long
 /// under emulation, and `off` is checked by the cheaper scenes above.
-fn a_fan_fills(test: &str, scene: (u64, u64, u64), record: &str) {
+fn a_fan_fills(test: &str, fan: Fan, record: &str) {
     let Some((host, programs)) = kernel_test_with_programs(test, &["cgroup_fan"]) else {
         return;
     };
-    let incident = Incident::new(&host, test);
-    let args = [
+    let mut incident = Incident::new(&host, test);
+    let mut args: Vec<String> = [
         "--format",
         "json",
         "--fold",
@@ -213,8 +229,19 @@ fn a_fan_fills(test: &str, scene: (u64, u64, u64), record: &str) {
         "1",
         "--bpf-log",
         "debug",
-    ];
-    let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, scene);
+    ]
+    .map(String::from)
+    .into();
+    // The uvm major is denied and watched already; the fan's others too.
+    for major in (1..fan.majors).map(|k| incident.uvm_major + k) {
+        incident
+            .policy
+            .set_rule(major, gpu_trace_common::ACCESS_MKNOD)
+            .expect("deny the fan's major");
+        args.extend(["--major".to_string(), major.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, &fan);
     let said = records_at("debug", &stderr).expect("records at debug");
     let prefix = format!("gpu-trace: bpf: {record} pid {pid} cgroup ");
     assert!(
@@ -231,21 +258,31 @@ fn a_full_repeats_table_is_said_at_debug() {
     // a second (a first sighting lost to the ring makes no key).
     a_fan_fills(
         test_name!(),
-        (300, 64, 40),
+        Fan {
+            cgroups: 300,
+            minors: 64,
+            majors: 1,
+            pause_ms: 40,
+        },
         "debug: repeats-full: repeats sent, not counted:",
     );
 }
 
 #[test]
 fn a_full_held_back_table_is_said_at_debug() {
-    // Each of 4 600 cgroups goes past its 64 first sightings: one
-    // held-back key each, more than the table's 4 096 (with a margin: the
-    // kernel's LRU table of counts may drop a cgroup's count early, which
-    // starts its budget again). Most first sightings are lost to the ring
-    // buffer; only the held-back ones matter here.
+    // Each of 72 cgroups sends its 64 first sightings, then denials of 64
+    // majors in turn: a held-back key per major (a cgroup's own keys go up
+    // to 64), 4 608 in all, more than the table's 4 096. Denials spread
+    // over majors fill it with a fiftieth of the denials that one key per
+    // cgroup took.
     a_fan_fills(
         test_name!(),
-        (4_600, 70, 0),
+        Fan {
+            cgroups: 72,
+            minors: 128,
+            majors: 64,
+            pause_ms: 0,
+        },
         "warn: held-back-full: event lost:",
     );
 }

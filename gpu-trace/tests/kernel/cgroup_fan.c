@@ -1,9 +1,10 @@
 /* A tenant spreading denials over many cgroups, for the kernel tests: in
  * each of argv[2] new cgroups under argv[1] (made, then joined), mknod
- * argv[3] (removed again if made) as c argv[4]:m for m in 0..argv[5],
- * argv[6] milliseconds between cgroups; each is refused by the device policy
- * (EPERM). Prints how many were refused and exits 0; 100 on bad
- * arguments, 1 when a cgroup cannot be made or joined. Built with
+ * argv[3] (removed again if made) as c (argv[4] + m % K):m for m in
+ * 0..argv[5], where K is argv[7] (1 when not given: every node has major
+ * argv[4]), argv[6] milliseconds between cgroups; each is refused by the
+ * device policy (EPERM). Prints how many were refused and exits 0; 100 on
+ * bad arguments, 1 when a cgroup cannot be made or joined. Built with
  * -static. */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,10 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 7)
+    if (argc != 7 && argc != 8)
+        return 100;
+    unsigned majors = argc == 8 ? (unsigned)atoi(argv[7]) : 1;
+    if (majors == 0)
         return 100;
     unsigned cgroups = (unsigned)atoi(argv[2]);
     unsigned major = (unsigned)atoi(argv[4]);
@@ -36,7 +40,7 @@ int main(int argc, char **argv)
             return 1;
         close(fd);
         for (unsigned minor = 0; minor < minors; minor++) {
-            if (mknod(argv[3], S_IFCHR | 0600, makedev(major, minor)) == 0)
+            if (mknod(argv[3], S_IFCHR | 0600, makedev(major + minor % majors, minor)) == 0)
                 unlink(argv[3]);
             else if (errno == EPERM)
                 refused++;

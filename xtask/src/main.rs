@@ -375,17 +375,24 @@ fn dist(check: bool) -> anyhow::Result<()> {
 }
 
 /// The release binary linked statically, for the packages, the image and the test guests.
+/// Built once per xtask run: `test` asks for it for the packages and again for the image,
+/// and in CI the second cargo call rebuilt gpu-trace (a minute) for no change of ours.
 fn static_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(binary) = BUILT.get() {
+        return Ok(binary.clone());
+    }
     run_checked(
         Command::new(cargo())
             .args(["build", "--release", "--package", "gpu-trace", "--target"])
             .arg(STATIC_TARGET)
             .env("RUSTFLAGS", STATIC_RUSTFLAGS),
     )?;
-    Ok(workspace()
+    let binary = workspace()
         .join("target")
         .join(STATIC_TARGET)
-        .join("release/gpu-trace"))
+        .join("release/gpu-trace");
+    Ok(BUILT.get_or_init(|| binary).clone())
 }
 
 /// The RPM, around a statically linked build of the same sources: rpmbuild

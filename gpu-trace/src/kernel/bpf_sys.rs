@@ -15,10 +15,20 @@ use gpu_trace_policy::Insn;
 
 /// Loads a cgroup_device program made of `insns`. On a verifier refusal the
 /// error carries the verifier's log.
+///
+/// Loaded without a verifier log first: before 5.15 or so a log that does
+/// not fit its buffer fails the load (ENOSPC), and a long program that
+/// would load makes a long log. The log is asked for only to say why a
+/// load failed.
 pub fn load_device_program(name: &str, insns: &[Insn]) -> io::Result<OwnedFd> {
+    load_device_program_logged(name, insns, false)
+        .or_else(|_| load_device_program_logged(name, insns, true))
+}
+
+fn load_device_program_logged(name: &str, insns: &[Insn], logged: bool) -> io::Result<OwnedFd> {
     let code: Vec<u8> = insns.iter().flat_map(|i| i.to_bytes()).collect();
     let license = c"GPL";
-    let mut log = vec![0u8; 64 * 1024];
+    let mut log = vec![0u8; if logged { 64 * 1024 } else { 1 }];
     // SAFETY: as above.
     let mut attr: bpf_attr = unsafe { mem::zeroed() };
     // SAFETY: the union is all zeroes; we fill in its prog-load member.
@@ -29,9 +39,11 @@ pub fn load_device_program(name: &str, insns: &[Insn]) -> io::Result<OwnedFd> {
     load.insns = code.as_ptr() as u64;
     load.insn_cnt = insns.len() as u32;
     load.license = license.as_ptr() as u64;
-    load.log_level = 1;
-    load.log_size = log.len() as u32;
-    load.log_buf = log.as_mut_ptr() as u64;
+    if logged {
+        load.log_level = 1;
+        load.log_size = log.len() as u32;
+        load.log_buf = log.as_mut_ptr() as u64;
+    }
     for (slot, byte) in load.prog_name.iter_mut().zip(name.bytes().take(15)) {
         *slot = byte as libc::c_char;
     }

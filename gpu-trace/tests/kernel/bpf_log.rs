@@ -70,6 +70,49 @@ fn a_path_cut_to_the_events_buffer_is_said_at_debug_and_not_at_off() {
     }
 }
 
+#[test]
+fn a_path_the_process_no_longer_maps_is_said_unread_at_debug_and_not_at_off() {
+    let incident = or_skip!(incident_test, "bpf-log-path-unread");
+    let unmap_path = or_skip!(c_program, "unmap_path", &["-pthread"]);
+    let uvm = incident.nodes.path("nvidia-uvm");
+    let id = cgroup_id(incident.cgroup.path());
+    // Long enough at debug for the race to be won many times; off only
+    // has to say nothing.
+    for (level, millis) in [("debug", "2000"), ("off", "500")] {
+        // Every denial sent (no fold), so every one reads its path;
+        // --pid 1 keeps their lines out of the way.
+        let args = [
+            "--format",
+            "json",
+            "--fold",
+            "0",
+            "--pid",
+            "1",
+            "--bpf-log",
+            level,
+        ];
+        let watcher = incident.watch(&args);
+        let mut command = Command::new(&unmap_path);
+        command.arg(&uvm).arg(millis);
+        let child = start_in_cgroup(incident.cgroup.path(), command);
+        let pid = child.id();
+        assert!(printed_count(child) > 0, "no open reached the device check");
+        thread::sleep(Duration::from_millis(1_500)); // a tick reads the records
+        let stderr = watcher.stop_cleanly();
+        let Some(said) = records_at(level, &stderr) else {
+            continue;
+        };
+        let expected = format!(
+            "gpu-trace: bpf: debug: path-unread: sent without a path (error -14): pid {pid} cgroup {id} device {}:0",
+            incident.uvm_major
+        );
+        assert!(
+            said.iter().any(|l| **l == expected),
+            "no path-unread record: {said:#?}"
+        );
+    }
+}
+
 /// `watch ARGS` while mknod_cycle cycles `minors` denied minors of the
 /// incident's major in its cgroup for `seconds`: the cycler's pid, and
 /// watch's stderr once a tick has read the records.

@@ -26,7 +26,7 @@ pub(crate) struct GuestBinaries {
 }
 
 /// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
-const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 7] = [
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 8] = [
     ("open32", &["-m32"]),
     ("uring_open", &[]),
     ("flip_open", &["-pthread"]),
@@ -34,6 +34,7 @@ const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 7] = [
     ("open_paced", &[]),
     ("cgroup_fan", &[]),
     ("evict_in_flight", &["-pthread"]),
+    ("unmap_path", &["-pthread"]),
 ];
 
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked

@@ -1485,19 +1485,7 @@ fn print_tables(results: &Value) {
                 .unwrap_or("")
         );
         for c in row["configs"].as_array().into_iter().flatten() {
-            let number = |key: &str| c[key].as_f64().unwrap_or(0.0);
-            let mut line = format!(
-                "    {:<48} {:>9.0} ns  [{:.0}-{:.0}]  x{:.3}",
-                c["config"].as_str().unwrap_or(""),
-                number("ns_per_open"),
-                number("min"),
-                number("max"),
-                number("ratio"),
-            );
-            if c.get("ratio_min").is_some() {
-                line += &format!(" [x{:.3}-x{:.3}]", number("ratio_min"), number("ratio_max"));
-            }
-            let _ = writeln!(out, "{line}");
+            let _ = writeln!(out, "{}", paired_line(c, "ns_per_open", " ns"));
         }
     }
     print_repeated_denial(&mut out, &results["repeated_denial"]);
@@ -1559,20 +1547,26 @@ fn print_repeated_denial(out: &mut impl Write, r: &Value) {
         per_program("in_kernel_ns_per_first_sighting"),
     );
     for c in r["flood"].as_array().into_iter().flatten() {
-        let number = |key: &str| c[key].as_f64().unwrap_or(0.0);
-        let mut line = format!(
-            "    {:<48} {:>11.0}/s  [{:.0}-{:.0}]  x{:.3}",
-            c["config"].as_str().unwrap_or(""),
-            number("denials_per_s"),
-            number("min"),
-            number("max"),
-            number("ratio"),
-        );
-        if c.get("ratio_min").is_some() {
-            line += &format!(" [x{:.3}-x{:.3}]", number("ratio_min"), number("ratio_max"));
-        }
-        let _ = writeln!(out, "{line}");
+        let _ = writeln!(out, "{}", paired_line(c, "denials_per_s", "/s"));
     }
+}
+
+/// One configuration of a paired measurement (`paired_entry`): its median
+/// `value` with `unit`, the spread, and its ratio to the baseline.
+fn paired_line(c: &Value, value: &str, unit: &str) -> String {
+    let number = |key: &str| c[key].as_f64().unwrap_or(0.0);
+    let mut line = format!(
+        "    {:<48} {:>11.0}{unit}  [{:.0}-{:.0}]  x{:.3}",
+        c["config"].as_str().unwrap_or(""),
+        number(value),
+        number("min"),
+        number("max"),
+        number("ratio"),
+    );
+    if c.get("ratio_min").is_some() {
+        line += &format!(" [x{:.3}-x{:.3}]", number("ratio_min"), number("ratio_max"));
+    }
+    line
 }
 
 /// One sink's throughput steps, zero-loss rung and CPU budget.

@@ -26,6 +26,21 @@ fn records_at<'a>(level: &str, stderr: &'a [String]) -> Option<Vec<&'a String>> 
     Some(said)
 }
 
+/// watch's arguments for a flood at `level`: every problem sent (no fold),
+/// none written (--pid 1 hides them once received).
+fn unfolded_and_hidden(level: &str) -> [&str; 8] {
+    [
+        "--format",
+        "json",
+        "--fold",
+        "0",
+        "--pid",
+        "1",
+        "--bpf-log",
+        level,
+    ]
+}
+
 fn cgroup_id(dir: &Path) -> u64 {
     fs::metadata(dir).expect("stat the cgroup").ino()
 }
@@ -79,18 +94,8 @@ fn a_path_the_process_no_longer_maps_is_said_unread_at_debug_and_not_at_off() {
     // Long enough at debug for the race to be won many times; off only
     // has to say nothing.
     for (level, millis) in [("debug", "2000"), ("off", "500")] {
-        // Every denial sent (no fold), so every one reads its path;
-        // --pid 1 keeps their lines out of the way.
-        let args = [
-            "--format",
-            "json",
-            "--fold",
-            "0",
-            "--pid",
-            "1",
-            "--bpf-log",
-            level,
-        ];
+        // Unfolded: every denial reads its path.
+        let args = unfolded_and_hidden(level);
         let watcher = incident.watch(&args);
         let mut command = Command::new(&unmap_path);
         command.arg(&uvm).arg(millis);
@@ -141,18 +146,8 @@ fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
     let (incident, mknod_cycle) = or_skip!(cycling_test, "bpf-log-ring-full");
     let id = cgroup_id(incident.cgroup.path());
     for level in ["debug", "off"] {
-        // Every problem sent (no fold), none written (--pid 1 hides them
-        // once received): a flood the ring buffer cannot take.
-        let args = [
-            "--format",
-            "json",
-            "--fold",
-            "0",
-            "--pid",
-            "1",
-            "--bpf-log",
-            level,
-        ];
+        // A flood the ring buffer cannot take.
+        let args = unfolded_and_hidden(level);
         let (pid, stderr) = watch_a_cycle(&incident, &mknod_cycle, &args, "2000", "2");
         let (summary, count) = summary_counts(&stderr);
         assert!(count("lost") > 0, "the ring took them all: {summary}");

@@ -187,5 +187,5 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
         }
         None => 0,
     };
-    events::send_first(head, &comm, path);
+    events::send_first(head, comm, path);
 }

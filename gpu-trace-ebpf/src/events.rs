@@ -32,8 +32,7 @@ pub fn first_sighting(head: &EventHead) -> Option<[u8; COMM_LEN]> {
 /// user address `path` (0: none); counts the event as lost when the ring
 /// buffer is full.
 #[inline(always)]
-pub fn send_first(mut head: EventHead, comm: &[u8; COMM_LEN], path: u64) {
-    let comm = *comm;
+pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
     if fold::held_back(&head, &comm) {
         return;
     }

@@ -408,5 +408,5 @@ fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags
     if known == SyscallKnown::FromRegisters {
         head.syscall = syscall_of_call(call.syscall);
     }
-    events::send_first(head, &comm, call.path_ptr);
+    events::send_first(head, comm, call.path_ptr);
 }

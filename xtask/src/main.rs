@@ -377,7 +377,7 @@ fn dist(check: bool) -> anyhow::Result<()> {
 /// The release binary linked statically, for the packages, the image and the test guests.
 /// Built once per xtask run: `test` asks for it for the packages and again for the image,
 /// and in CI the second cargo call rebuilt gpu-trace (a minute) for no change of ours.
-fn static_binary() -> anyhow::Result<PathBuf> {
+pub(crate) fn static_binary() -> anyhow::Result<PathBuf> {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     if let Some(binary) = BUILT.get() {
         return Ok(binary.clone());

@@ -40,7 +40,7 @@ use crate::{
 const HOST_TOOLS: [&str; 3] = ["/usr/bin/setpriv", "/usr/bin/bash", "/usr/bin/script"];
 /// What /init runs, in order; each reports its exit status in the marker line.
 const STEPS: [&str; 4] = ["selftest", "selftest-observer", "kernel-tests", "lockdown"];
-/// How long one kernel may take from boot to power-off: about 8 minutes is
+/// How long one kernel may take from boot to power-off: about 5 minutes is
 /// usual on 2 cores without KVM (the tests' floods and cgroup fans run
 /// under emulation).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);

@@ -107,6 +107,10 @@ pub mod global {
     /// Where the saved user registers (`struct pt_regs`) lie from the bottom
     /// of a task's kernel stack.
     pub const PT_REGS_OFFSET: &str = "PT_REGS_OFFSET";
+    /// The chain from a task to its v1 devices cgroup's kernfs id, as five
+    /// offsets (`V1DevicesChain`), from the kernel's BTF; all 0 where no v1
+    /// devices hierarchy is mounted.
+    pub const V1_DEVICES_CHAIN: &str = "V1_DEVICES_CHAIN";
     /// The fold window in ns: repeats of a problem within it are counted in
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
@@ -228,6 +232,10 @@ pub const ACCEL_DEV_PREFIX: &[u8; 11] = b"/dev/accel/";
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceAccessEvent {
     pub head: EventHead,
+    /// The kernfs id of the task's cgroup in the v1 devices hierarchy, read
+    /// at the sighting; 0 where no v1 devices hierarchy is mounted or its
+    /// chain of offsets could not be found in the kernel's BTF.
+    pub v1_devices_cgroup: u64,
     pub comm: [u8; COMM_LEN],
     /// NUL-terminated path as the process passed it; what follows the NUL
     /// is left as it was (the kernel side does not clear the record: a
@@ -254,6 +262,20 @@ impl DeviceFields {
         access: 0,
         dev_type: 0,
     };
+}
+
+/// Byte offsets from a task to the kernfs id of its v1 devices cgroup:
+/// `task_struct.cgroups` (its css_set), `css_set.subsys[devices_cgrp_id]`
+/// (the controller's state), `cgroup_subsys_state.cgroup`, `cgroup.kn`,
+/// `kernfs_node.id`. `task_cgroups` 0: not read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct V1DevicesChain {
+    pub task_cgroups: u32,
+    pub css_set_devices: u32,
+    pub css_cgroup: u32,
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
 }
 
 /// The fixed-size fields of an event, written in one go.
@@ -283,7 +305,7 @@ pub struct EventHead {
 }
 
 const _: () = assert!(core::mem::size_of::<EventHead>() == 56);
-const _: () = assert!(core::mem::size_of::<DeviceAccessEvent>() == 56 + COMM_LEN + PATH_LEN);
+const _: () = assert!(core::mem::size_of::<DeviceAccessEvent>() == 56 + 8 + COMM_LEN + PATH_LEN);
 
 /// Per-thread state between the entry and the exit of an open call. Small on
 /// purpose: it is written on every open on the host. The observer fills in the
@@ -505,4 +527,6 @@ mod user {
     unsafe impl aya::Pod for super::HeldBackCount {}
     // SAFETY: repr(C), three u64, no padding.
     unsafe impl aya::Pod for super::DropRecordBudget {}
+    // SAFETY: repr(C), five u32, no padding.
+    unsafe impl aya::Pod for super::V1DevicesChain {}
 }

@@ -10,7 +10,7 @@ use gpu_trace_common::{DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCAT
 use crate::{
     fold,
     maps::{count_lost_event, EVENTS},
-    why_dropped,
+    v1_devices, why_dropped,
 };
 
 /// The current command name, unless `head` is a repeat, which is counted
@@ -59,6 +59,7 @@ pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
                 why_dropped::path_unread(&head, copied);
             }
         }
+        (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
         (&raw mut (*event).comm).write(comm);
         (&raw mut (*event).head).write(head);
     }

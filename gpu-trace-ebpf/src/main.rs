@@ -30,6 +30,7 @@ mod open_function;
 mod process_tree;
 mod syscall_regs;
 mod tracepoint_record;
+mod v1_devices;
 mod why_dropped;
 
 #[cfg(not(test))]

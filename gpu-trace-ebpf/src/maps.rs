@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck, OpenInFlight,
-    RepeatCount, RepeatKey, CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR,
-    EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY,
+    RepeatCount, RepeatKey, V1DevicesChain, CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY,
+    DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY,
     LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER,
     MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
 };
@@ -97,6 +97,14 @@ pub static TASK_STACK_OFFSET: Global<u32> = Global::new(0);
 pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static V1_DEVICES_CHAIN: Global<V1DevicesChain> = Global::new(V1DevicesChain {
+    task_cgroups: 0,
+    css_set_devices: 0,
+    css_cgroup: 0,
+    cgroup_kn: 0,
+    kn_id: 0,
+});
 
 /// The flags are u8 (0 or 1) on the wire.
 #[inline(always)]

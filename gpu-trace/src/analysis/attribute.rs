@@ -8,11 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_trace_policy::{evaluate, Answer, DeviceQuery, DevicesList, Outcome, V1Answer};
+use gpu_trace_policy::{evaluate, Answer, DeviceQuery, Outcome, V1Answer};
 use rustc_hash::FxHashMap;
 
 use crate::{
-    analysis::policy_source::{LiveHost, PolicySource},
+    analysis::policy_source::{LiveHost, PolicySource, V1List},
     kernel::programs_in_force::CgroupPolicy,
     model::{
         access::Verdict,
@@ -39,8 +39,8 @@ pub struct Attributor<S = LiveHost> {
 
 /// A cached answer and when it was worked out.
 type Dated<T> = (Instant, T);
-/// Process id, cgroup id, access.
-type V1Key = (u32, u64, DeviceQuery);
+/// Process id, cgroup id, the v1 devices cgroup recorded at the sighting, access.
+type V1Key = (u32, u64, Option<u64>, DeviceQuery);
 
 /// Bounds on the caches a tenant can grow (cgroups, minors); past one, that
 /// table starts afresh.
@@ -71,7 +71,7 @@ impl<S: PolicySource> Attributor<S> {
     /// Drops what was cached for cgroups that are gone.
     pub fn forget_cgroups_except(&mut self, exists: impl Fn(u64) -> bool) {
         self.policies.retain(|id, _| exists(*id));
-        self.v1_answers.retain(|(_, id, _), _| exists(*id));
+        self.v1_answers.retain(|(_, id, _, _), _| exists(*id));
         self.parents.clear();
         self.parents_bytes = 0;
         self.policies.shrink_to_fit();
@@ -117,7 +117,8 @@ impl<S: PolicySource> Attributor<S> {
     }
 
     fn v1_culprit(&mut self, record: &Record, query: &DeviceQuery) -> Rc<Rendered<DeniedBy>> {
-        let key = (record.access.pid, record.access.cgroup_id, *query);
+        let captured = record.access.v1_devices_cgroup;
+        let key = (record.access.pid, record.access.cgroup_id, captured, *query);
         if let Some((_, known)) = self
             .v1_answers
             .get(&key)
@@ -125,7 +126,7 @@ impl<S: PolicySource> Attributor<S> {
         {
             return known.clone();
         }
-        let list = self.source.devices_list(record.access.pid);
+        let list = self.source.devices_list(record.access.pid, captured);
         let culprit = Rc::new(Rendered::new(v1_culprit(list, query)));
         // Not an answer worth keeping: the process was gone, or no v1 controller.
         if matches!(**culprit, DeniedBy::Unknown { .. }) {
@@ -344,24 +345,26 @@ struct CachedPolicy {
     answers: FxHashMap<DeviceQuery, Option<Rc<Rendered<DeniedBy>>>>,
 }
 
-fn v1_culprit(list: std::io::Result<Option<DevicesList>>, query: &DeviceQuery) -> DeniedBy {
+fn v1_culprit(list: V1List, query: &DeviceQuery) -> DeniedBy {
+    let unknown = |note: &str| DeniedBy::Unknown { note: note.into() };
     match list {
-        Ok(Some(list)) => {
+        V1List::Found(list, found_by) => {
             let note = match list.answer(query) {
                 V1Answer::Denied => format!("no rule allows c {}:{}", query.major, query.minor),
                 V1Answer::AllowedByDefault => "a devices.deny exception, which devices.list does not show".into(),
                 V1Answer::Allowed(line) => format!("it lists `{line}`, yet the kernel denied: another check refused it"),
             };
-            DeniedBy::DevicesList { cgroup: list.cgroup, note }
+            DeniedBy::DevicesList { cgroup: list.cgroup, note, found_by }
         }
-        Ok(None) => DeniedBy::Unknown { note: "EPERM after the BPF policies allowed it, and no cgroup v1 devices controller: another check (an LSM?)".into() },
-        Err(_) => DeniedBy::Unknown { note: "EPERM after the BPF policies allowed it; the process is gone, so its v1 devices cgroup cannot be read".into() },
+        V1List::NoController => unknown("EPERM after the BPF policies allowed it, and no cgroup v1 devices controller: another check (an LSM?)"),
+        V1List::CgroupGone => unknown("EPERM after the BPF policies allowed it; the v1 devices cgroup recorded at the sighting was removed, and the process is gone"),
+        V1List::ProcessGone => unknown("EPERM after the BPF policies allowed it; the process is gone, so its v1 devices cgroup cannot be read"),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::{cell::Cell, io, path::Path};
+    use std::{cell::Cell, path::Path};
 
     use gpu_trace_policy::DevicesList;
 
@@ -369,6 +372,7 @@ mod tests {
     use crate::{
         analysis::test_support::{lxc_program, record},
         kernel::programs_in_force::PolicyProgram,
+        model::denied_by::V1CgroupFoundBy,
         scenario::denylist_program,
     };
 
@@ -408,11 +412,19 @@ mod tests {
                 programs: self.programs.clone(),
             })
         }
-        fn devices_list(&mut self, _: u32) -> io::Result<Option<DevicesList>> {
-            Ok(self.v1.as_ref().map(|lines| DevicesList {
+        fn devices_list(&mut self, _: u32, captured: Option<u64>) -> V1List {
+            let Some(lines) = self.v1.as_ref() else {
+                return V1List::NoController;
+            };
+            let list = DevicesList {
                 cgroup: "/lxc/200".into(),
                 lines: lines.iter().map(|l| l.to_string()).collect(),
-            }))
+            };
+            let found_by = match captured {
+                Some(_) => V1CgroupFoundBy::Sighting,
+                None => V1CgroupFoundBy::ProcPid,
+            };
+            V1List::Found(list, found_by)
         }
     }
 
@@ -455,6 +467,7 @@ mod tests {
             DeniedBy::DevicesList {
                 cgroup: "/lxc/200".into(),
                 note: "no rule allows c 509:0".into(),
+                found_by: V1CgroupFoundBy::ProcPid,
             }
         );
     }

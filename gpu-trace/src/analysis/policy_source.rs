@@ -7,11 +7,16 @@ use std::{fs::File, io, path::PathBuf};
 use gpu_trace_policy::DevicesList;
 
 use crate::{
-    host::proc_pid::devices_list_of,
+    host::{
+        cgroup_handle::{ById, CgroupHandles},
+        mountinfo::v1_controller_mount_in,
+        proc_pid::devices_list_of,
+    },
     kernel::{
         bpf_sys::device_programs,
         programs_in_force::{CgroupPolicy, ProgramCache},
     },
+    model::denied_by::V1CgroupFoundBy,
 };
 
 /// The device policies in force, as attribution needs them.
@@ -28,14 +33,29 @@ pub trait PolicySource {
         cgroup: &std::path::Path,
         effective: &[u32],
     ) -> anyhow::Result<CgroupPolicy>;
-    /// Process `pid`'s v1 devices.list; None without a v1 devices controller.
-    fn devices_list(&mut self, pid: u32) -> io::Result<Option<DevicesList>>;
+    /// The v1 devices.list of the cgroup the kernel recorded at the
+    /// sighting (`captured`, its kernfs id), else of process `pid`'s.
+    fn devices_list(&mut self, pid: u32, captured: Option<u64>) -> V1List;
+}
+
+/// What the v1 devices.list of an access's process was found to be.
+pub enum V1List {
+    Found(DevicesList, V1CgroupFoundBy),
+    /// No v1 devices controller on this host.
+    NoController,
+    /// The cgroup recorded at the sighting is gone, and so is the process.
+    CgroupGone,
+    /// Nothing was recorded at the sighting, and the process is gone.
+    ProcessGone,
 }
 
 /// The live host: bpf(2) queries under the cgroup2 mount, /proc for v1.
 pub struct LiveHost {
     mount: PathBuf,
     programs: ProgramCache,
+    /// The v1 devices hierarchy's cgroups by id, once opened (None inside:
+    /// no such hierarchy, or the kernel will not open them for us).
+    v1_handles: Option<Option<(PathBuf, CgroupHandles)>>,
 }
 
 impl LiveHost {
@@ -43,7 +63,34 @@ impl LiveHost {
         Self {
             mount: mount.into(),
             programs: ProgramCache::default(),
+            v1_handles: None,
         }
+    }
+
+    /// The devices.list of v1 devices cgroup `id`; None when it cannot be
+    /// opened by id here, Some(Err) when it is gone.
+    fn v1_list_by_id(&mut self, id: u64) -> Option<io::Result<DevicesList>> {
+        let (mount, handles) = self
+            .v1_handles
+            .get_or_insert_with(|| {
+                let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+                let mount = v1_controller_mount_in(&mountinfo, "devices")?;
+                let handles = CgroupHandles::open(&mount).ok()?;
+                Some((mount, handles))
+            })
+            .as_ref()?;
+        let cgroup = match handles.path_of(id) {
+            ById::Path(cgroup) => cgroup,
+            ById::Gone => return Some(Err(io::ErrorKind::NotFound.into())),
+            ById::Unnamed => return None,
+        };
+        let dir = mount.join(cgroup.strip_prefix("/").unwrap_or(&cgroup));
+        Some(
+            std::fs::read_to_string(dir.join("devices.list")).map(|text| DevicesList {
+                cgroup: cgroup.to_string_lossy().into_owned(),
+                lines: text.lines().map(str::to_string).collect(),
+            }),
+        )
     }
 }
 
@@ -71,7 +118,18 @@ impl PolicySource for LiveHost {
         CgroupPolicy::of_programs(&self.mount, cgroup, effective, &mut self.programs)
     }
 
-    fn devices_list(&mut self, pid: u32) -> io::Result<Option<DevicesList>> {
-        devices_list_of(pid)
+    fn devices_list(&mut self, pid: u32, captured: Option<u64>) -> V1List {
+        let by_id = captured.and_then(|id| self.v1_list_by_id(id));
+        let cgroup_gone = match by_id {
+            Some(Ok(list)) => return V1List::Found(list, V1CgroupFoundBy::Sighting),
+            Some(Err(_)) => true,
+            None => false,
+        };
+        match devices_list_of(pid) {
+            Ok(Some(list)) => V1List::Found(list, V1CgroupFoundBy::ProcPid),
+            Ok(None) => V1List::NoController,
+            Err(_) if cgroup_gone => V1List::CgroupGone,
+            Err(_) => V1List::ProcessGone,
+        }
     }
 }

@@ -37,6 +37,7 @@ pub fn record(
             uid: 1000,
             comm: b"python3".to_vec(),
             cgroup_id: 7,
+            v1_devices_cgroup: None,
             device_seen: verdict != Verdict::FailedBeforeDeviceCheck,
             block_device: false,
             major,

@@ -1,9 +1,9 @@
-//! A cgroup2 directory opened by its id, as a file handle: names one cgroup
+//! A cgroup directory opened by its id, as a file handle: names one cgroup
 //! without walking the tree or keeping every path on the host.
 //!
-//! cgroup2 (kernfs) takes its 64-bit id as an NFS-style file handle of type
-//! FILEID_KERNFS; `open_by_handle_at` (CAP_DAC_READ_SEARCH) opens the
-//! directory and /proc/self/fd names it.
+//! cgroup2 and each v1 hierarchy (kernfs) take a 64-bit id as an NFS-style
+//! file handle of type FILEID_KERNFS; `open_by_handle_at`
+//! (CAP_DAC_READ_SEARCH) opens the directory and /proc/self/fd names it.
 
 use std::{
     fs::File,
@@ -15,7 +15,7 @@ use std::{
 /// `FILEID_KERNFS` in include/linux/exportfs.h.
 const FILEID_KERNFS: i32 = 0xfe;
 
-/// Opens cgroup2 directories by id under one mount.
+/// Opens cgroup directories by id under one mount (cgroup2, or a v1 hierarchy).
 pub struct CgroupHandles {
     mount_fd: File,
     mount: PathBuf,

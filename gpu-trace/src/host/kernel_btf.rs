@@ -11,6 +11,7 @@ use anyhow::{bail, ensure, Context};
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
+const KIND_ENUM: u32 = 6;
 
 /// The running kernel's BTF, as read once.
 pub struct KernelBtf {
@@ -64,6 +65,21 @@ impl KernelBtf {
         bail!("struct {name} has no member {member} in {VMLINUX}")
     }
 
+    /// The value of `name` in `enum type_name` (32-bit enums: the kernel's
+    /// own enumerations of controllers and the like).
+    pub fn enum_value(&self, type_name: &str, name: &str) -> anyhow::Result<u32> {
+        let Some(found) = self.find_type(KIND_ENUM, type_name)? else {
+            bail!("no enum {type_name} in {VMLINUX}");
+        };
+        for index in 0..found.members {
+            let entry = found.members_at + index * 8;
+            if self.string_at(self.word(entry)?) == name.as_bytes() {
+                return self.word(entry + 4);
+            }
+        }
+        bail!("enum {type_name} has no {name} in {VMLINUX}")
+    }
+
     fn word(&self, at: usize) -> anyhow::Result<u32> {
         let bytes = self.data.get(at..at + 4).context("BTF cut short")?;
         Ok(u32::from_ne_bytes(bytes.try_into().expect("four bytes")))
@@ -83,6 +99,10 @@ impl KernelBtf {
     }
 
     fn find_struct(&self, name: &str) -> anyhow::Result<Option<Found>> {
+        self.find_type(KIND_STRUCT, name)
+    }
+
+    fn find_type(&self, wanted: u32, name: &str) -> anyhow::Result<Option<Found>> {
         let types = self.header_len()? + self.word(8)? as usize;
         let types_end = types + self.word(12)? as usize;
         let mut at = types;
@@ -92,7 +112,7 @@ impl KernelBtf {
             let kind = (info >> 24) & 0x1f;
             let members = (info & 0xffff) as usize;
             at += 12;
-            if kind == KIND_STRUCT && self.string_at(name_offset) == name.as_bytes() {
+            if kind == wanted && self.string_at(name_offset) == name.as_bytes() {
                 return Ok(Some(Found {
                     members_at: at,
                     members,
@@ -126,9 +146,10 @@ fn kind_data_len(kind: u32, members: usize) -> anyhow::Result<usize> {
 mod tests {
     use super::*;
 
-    /// A tiny BTF blob: an int, then `struct pair { int first; int second; }`.
+    /// A tiny BTF blob: an int, then `struct pair { int first; int second; }`,
+    /// then `enum side { first = 0, second = 7 }`.
     fn blob() -> Vec<u8> {
-        let strings = b"\0int\0pair\0first\0second\0";
+        let strings = b"\0int\0pair\0first\0second\0side\0";
         let mut types = Vec::new();
         let mut put = |words: &[u32]| {
             for w in words {
@@ -139,6 +160,9 @@ mod tests {
         put(&[5, (KIND_STRUCT << 24) | 2, 8]); // struct pair, two members
         put(&[10, 1, 0]); // first at bit 0
         put(&[16, 1, 32]); // second at bit 32
+        put(&[23, (KIND_ENUM << 24) | 2, 4]); // enum side, two values
+        put(&[10, 0]); // first = 0
+        put(&[16, 7]); // second = 7
         let mut data = Vec::new();
         data.extend_from_slice(&MAGIC.to_ne_bytes());
         data.extend_from_slice(&[1, 0]); // version, flags
@@ -169,10 +193,35 @@ mod tests {
     }
 
     #[test]
+    fn finds_an_enum_value_and_not_a_struct_of_the_same_name() {
+        assert_eq!(btf().enum_value("side", "second").unwrap(), 7);
+        assert_eq!(btf().enum_value("side", "first").unwrap(), 0);
+        assert!(btf().enum_value("side", "third").is_err());
+        assert!(btf().enum_value("pair", "first").is_err());
+        assert!(!btf().has_struct("side").unwrap());
+    }
+
+    #[test]
     fn a_missing_member_or_struct_is_an_error() {
         assert!(btf().member_offset("pair", "third").is_err());
         assert!(btf().member_offset("int", "first").is_err());
         assert!(KernelBtf::from_bytes(b"not btf at all, not at all".to_vec()).is_err());
+    }
+
+    #[test]
+    fn reads_the_devices_controller_id_from_this_kernel() {
+        if !std::path::Path::new(VMLINUX).exists() {
+            eprintln!("skipping: no {VMLINUX}");
+            return;
+        }
+        let btf = KernelBtf::read().unwrap();
+        let id = btf
+            .enum_value("cgroup_subsys_id", "devices_cgrp_id")
+            .unwrap();
+        let count = btf
+            .enum_value("cgroup_subsys_id", "CGROUP_SUBSYS_COUNT")
+            .unwrap();
+        assert!(id < count, "{id} {count}");
     }
 
     #[test]

@@ -44,6 +44,8 @@ impl HeldBack {
             if held.count > handed {
                 let event = DeviceAccessEvent {
                     head: held.latest,
+                    // Held back before the record was made: found by pid.
+                    v1_devices_cgroup: 0,
                     comm: held.latest_comm,
                     path: [0; PATH_LEN],
                 };

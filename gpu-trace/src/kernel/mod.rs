@@ -17,3 +17,4 @@ pub mod program_holders;
 pub mod programs_in_force;
 pub mod repeats;
 pub mod tracer;
+pub mod v1_devices_chain;

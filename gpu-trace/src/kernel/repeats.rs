@@ -39,6 +39,8 @@ struct SentPath {
     /// the kernel counts repeats before it reads them.
     from_regs: bool,
     syscall: u16,
+    /// The first's v1 devices cgroup: repeats are not read that far.
+    v1_devices_cgroup: u64,
     sent: Instant,
 }
 
@@ -73,6 +75,7 @@ impl KernelRepeats {
             truncated: head.flags & FLAG_PATH_TRUNCATED != 0,
             from_regs: head.flags & FLAG_PATH_FROM_REGS != 0,
             syscall: head.syscall,
+            v1_devices_cgroup: event.v1_devices_cgroup,
             sent: Instant::now(),
         };
         self.paths.insert(key, sent);
@@ -155,6 +158,7 @@ fn access_of(
             flags,
             _pad: 0,
         },
+        v1_devices_cgroup: path.map_or(0, |sent| sent.v1_devices_cgroup),
         comm: key.comm,
         path: path_bytes,
     };

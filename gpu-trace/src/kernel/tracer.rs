@@ -11,10 +11,12 @@ use aya::{
     programs::trace_point::TracePointLink,
     Ebpf, EbpfLoader,
 };
-use gpu_trace_common::{cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent};
+use gpu_trace_common::{
+    cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent, V1DevicesChain,
+};
 
 use crate::{
-    host::{preflight::Unsupported, proc_devices::CharMajors},
+    host::{kernel_btf::KernelBtf, preflight::Unsupported, proc_devices::CharMajors},
     kernel::{
         attach::{attach_tracepoint, take_map, Hook},
         bpf_log::{self, BpfLog, BpfLogLevel},
@@ -25,6 +27,7 @@ use crate::{
         lost_by_cgroup::LostByCgroup,
         open_route::{self, OpenRoute, OpensChoice},
         repeats::KernelRepeats,
+        v1_devices_chain,
     },
     model::{
         access::{DeviceAccess, VerdictSource},
@@ -383,6 +386,7 @@ struct LoadSettings {
     task_stack_offset: u32,
     pt_regs_offset: u32,
     verdict_from_errno: bool,
+    v1_devices: V1DevicesChain,
 }
 
 impl LoadSettings {
@@ -395,12 +399,16 @@ impl LoadSettings {
         } else {
             0
         };
-        let (task_stack_offset, pt_regs_offset) = saved_registers(notes);
+        // Read once: the saved registers and the v1 devices chain both need it.
+        let btf = KernelBtf::read().map_err(|e| format!("{e:#}"));
+        let btf = btf.as_ref().map_err(String::as_str);
+        let (task_stack_offset, pt_regs_offset) = saved_registers(btf, notes);
         Ok(Self {
             child_pid_offset,
             task_stack_offset,
             pt_regs_offset,
             verdict_from_errno: false,
+            v1_devices: v1_devices_chain::for_this_host(btf, notes),
         })
     }
 }
@@ -409,7 +417,7 @@ impl LoadSettings {
 /// offset, and theirs from the bottom of that stack (x86_64 only). Both 0,
 /// with a note, when unknown: accesses outside traced open calls then come
 /// without their path.
-fn saved_registers(notes: &mut Vec<String>) -> (u32, u32) {
+fn saved_registers(btf: Result<&KernelBtf, &str>, notes: &mut Vec<String>) -> (u32, u32) {
     /// x86_64's kernel stack (32 KiB only with KASAN, which no distribution
     /// kernel enables; the device hook then finds no 64-bit user frame
     /// there and reports no path).
@@ -418,7 +426,7 @@ fn saved_registers(notes: &mut Vec<String>) -> (u32, u32) {
     if !cfg!(target_arch = "x86_64") {
         return (0, 0);
     }
-    let found = crate::host::kernel_btf::KernelBtf::read().and_then(|btf| {
+    let found = btf.map_err(|e| anyhow::anyhow!("{e}")).and_then(|btf| {
         let stack = btf.member_offset("task_struct", "stack")?;
         // TOP_OF_KERNEL_STACK_PADDING: 16 bytes above the registers on
         // kernels built with FRED (6.9+), whose BTF has its frame type.
@@ -458,6 +466,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
             true,
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
+        .override_global(global::V1_DEVICES_CHAIN, &settings.v1_devices, true)
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
         .override_global(
             global::FOLD_WINDOW_NS,

@@ -157,6 +157,9 @@ pub struct DeviceAccess {
     pub uid: u32,
     pub comm: Vec<u8>,
     pub cgroup_id: u64,
+    /// The kernfs id of its v1 devices cgroup, read by the kernel at the
+    /// sighting; None where there is no v1 devices hierarchy.
+    pub v1_devices_cgroup: Option<u64>,
     /// False when the access never reached the device hook: the device
     /// fields below are then unknown (zero).
     pub device_seen: bool,
@@ -221,6 +224,7 @@ impl DeviceAccess {
             uid: raw.head.uid,
             comm: until_nul(&raw.comm).to_vec(),
             cgroup_id: raw.head.cgroup_id,
+            v1_devices_cgroup: (raw.v1_devices_cgroup != 0).then_some(raw.v1_devices_cgroup),
             device_seen,
             block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
             major: raw.head.device.major,
@@ -274,6 +278,7 @@ mod tests {
                 flags: FLAG_DEVICE_SEEN | if with_syscall { FLAG_HAS_SYSCALL } else { 0 },
                 ..EventHead::default()
             },
+            v1_devices_cgroup: 0,
             comm: [0; 16],
             path: [0; 256],
         };

@@ -27,9 +27,26 @@ pub enum DeniedBy {
         allowed_by: Vec<AllowingProgram>,
     },
     /// cgroup v1's devices controller of this (v1) cgroup.
-    DevicesList { cgroup: String, note: String },
+    DevicesList {
+        cgroup: String,
+        note: String,
+        /// How the cgroup was found.
+        found_by: V1CgroupFoundBy,
+    },
     /// The evaluator could not say; never a guess.
     Unknown { note: String },
+}
+
+/// How a v1 devices cgroup was found for an access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum V1CgroupFoundBy {
+    /// The cgroup the kernel programs read from the task at the sighting:
+    /// the process's own, even once it has exited.
+    Sighting,
+    /// The process's /proc/PID/cgroup when its event was read (the kernel
+    /// recorded none: no BTF chain, or a record held back in the kernel).
+    ProcPid,
 }
 
 /// A program in force that allows what another denies.
@@ -76,7 +93,7 @@ impl DeniedBy {
                 attached_at,
                 ..
             } => format!("prog {id} ({name}) at {attached_at}"),
-            DeniedBy::DevicesList { cgroup, note } => {
+            DeniedBy::DevicesList { cgroup, note, .. } => {
                 format!("devices.list of v1 cgroup {cgroup} ({note})")
             }
             DeniedBy::Unknown { note } => note.clone(),

@@ -381,6 +381,7 @@ mod tests {
                 uid: 0,
                 comm: comm.to_vec(),
                 cgroup_id: 7,
+                v1_devices_cgroup: None,
                 device_seen: true,
                 block_device: false,
                 major: 511,

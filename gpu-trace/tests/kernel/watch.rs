@@ -339,6 +339,58 @@ fn denial_by_cgroup_v1_devices_list_is_not_blamed_on_bpf() {
     assert_eq!(event["cgroup"], v2.relative_path().to_str().expect("utf-8"));
 }
 
+/// A process refused by its v1 devices.list that exits at once (the shape
+/// of a `docker exec` probe or a crashing launch) keeps its culprit: the
+/// kernel records its v1 devices cgroup at the sighting, so attribution
+/// does not depend on /proc/PID/cgroup outliving the process. Twenty in a
+/// row, every one named with the devices.list that refused it.
+#[test]
+fn v1_denials_of_processes_that_exit_at_once_keep_their_devices_list() {
+    let (major, v1, v2, nodes) = or_skip!(v1_denial, "v1-exits", "v1exits");
+    // Unfolded: twenty first sightings, not one and nineteen repeats.
+    let watcher = Watcher::start(&[
+        "--format",
+        "json",
+        "--opens",
+        "full",
+        "--fold",
+        "0",
+        "--major",
+        &major.to_string(),
+    ]);
+    let probes: Vec<u32> = (0..20)
+        .map(|_| {
+            let probe = gpu_trace::scenario::run_probe(
+                std::path::Path::new(gpu_trace()),
+                &[&v2, &v1],
+                &[ProbeOp::Open {
+                    path: nodes.path("nvidia-uvm"),
+                    mode: OpenMode::Read,
+                }],
+            )
+            .expect("probe");
+            assert_eq!(probe.results, [libc::EPERM], "the open is refused");
+            probe.pid
+        })
+        .collect();
+    let v1_cgroup = v1.relative_path().to_str().expect("utf-8");
+    for pid in probes {
+        let events = watcher.wait_for_events(pid, 1);
+        assert_eq!(events.len(), 1, "pid {pid}: {events:#?}");
+        let culprit = &events[0]["denied_by"];
+        assert_eq!(culprit["kind"], "devices-list", "pid {pid}: {culprit}");
+        assert_eq!(culprit["cgroup"], v1_cgroup, "pid {pid}: {culprit}");
+        assert_eq!(culprit["found_by"], "sighting", "pid {pid}: {culprit}");
+        // The cgroup allows all but a devices.deny line, which its
+        // devices.list does not show.
+        assert_eq!(
+            culprit["note"], "a devices.deny exception, which devices.list does not show",
+            "pid {pid}: {culprit}"
+        );
+    }
+    watcher.stop_cleanly();
+}
+
 #[test]
 fn auto_attaches_the_open_tracepoints_once_a_cgroup_v1_devices_cgroup_is_made() {
     let host = or_skip!(kernel_test);

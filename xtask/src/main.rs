@@ -29,7 +29,9 @@ const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-2
 /// containers with a busybox root filesystem, whose device policies the
 /// runtimes generate themselves.
 /// gcc-multilib: the 32-bit process of the kernel tests (open32.c).
-const TEST_PACKAGES: [&str; 4] = ["lxc", "runc", "busybox-static", "gcc-multilib"];
+/// docker.io: a private dockerd, whose containers this hybrid host confines
+/// with cgroup v1 devices.list rules.
+const TEST_PACKAGES: [&str; 5] = ["lxc", "runc", "busybox-static", "gcc-multilib", "docker.io"];
 
 /// `cargo ARGS` that builds and runs the kernel tests (gpu-trace/tests/kernel).
 /// The kernel tests that run on this machine: the kernel's own, and the

@@ -1,4 +1,4 @@
-//! Policies written by the container runtimes themselves, LXC and runc,
+//! Policies written by the container runtimes themselves, LXC, runc and Docker,
 //! against this machine's kernel: here and in the field lab, where they
 //! meet systemd's (the qemu matrix's guests have neither runtime).
 //!
@@ -8,6 +8,7 @@
 #[allow(dead_code)]
 #[path = "../support/common.rs"]
 mod common;
+mod docker;
 mod lxc;
 mod lxc_policy;
 #[path = "../support/policy_grid.rs"]

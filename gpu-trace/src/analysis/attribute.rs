@@ -126,7 +126,10 @@ impl<S: PolicySource> Attributor<S> {
         {
             return known.clone();
         }
-        let list = self.source.devices_list(record.access.pid, captured);
+        let access = &record.access;
+        let list = self
+            .source
+            .devices_list(access.pid, access.boot_ns, captured);
         let culprit = Rc::new(Rendered::new(v1_culprit(list, query)));
         // Not an answer worth keeping: the process was gone, or no v1 controller.
         if matches!(**culprit, DeniedBy::Unknown { .. }) {
@@ -412,7 +415,7 @@ mod tests {
                 programs: self.programs.clone(),
             })
         }
-        fn devices_list(&mut self, _: u32, captured: Option<u64>) -> V1List {
+        fn devices_list(&mut self, _: u32, _: u64, captured: Option<u64>) -> V1List {
             let Some(lines) = self.v1.as_ref() else {
                 return V1List::NoController;
             };

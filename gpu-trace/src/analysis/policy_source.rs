@@ -10,7 +10,7 @@ use crate::{
     host::{
         cgroup_handle::{ById, CgroupHandles},
         mountinfo::v1_controller_mount_in,
-        proc_pid::devices_list_of,
+        proc_pid::{devices_list_of, read_of_the_sighted},
     },
     kernel::{
         bpf_sys::device_programs,
@@ -34,8 +34,9 @@ pub trait PolicySource {
         effective: &[u32],
     ) -> anyhow::Result<CgroupPolicy>;
     /// The v1 devices.list of the cgroup the kernel recorded at the
-    /// sighting (`captured`, its kernfs id), else of process `pid`'s.
-    fn devices_list(&mut self, pid: u32, captured: Option<u64>) -> V1List;
+    /// sighting (`captured`, its kernfs id), else of process `pid`'s while
+    /// that pid still names the process sighted at `sighted_boot_ns`.
+    fn devices_list(&mut self, pid: u32, sighted_boot_ns: u64, captured: Option<u64>) -> V1List;
 }
 
 /// What the v1 devices.list of an access's process was found to be.
@@ -45,7 +46,8 @@ pub enum V1List {
     NoController,
     /// The cgroup recorded at the sighting is gone, and so is the process.
     CgroupGone,
-    /// Nothing was recorded at the sighting, and the process is gone.
+    /// Nothing was recorded at the sighting, and the process is gone (or
+    /// its pid is another's now).
     ProcessGone,
 }
 
@@ -118,18 +120,19 @@ impl PolicySource for LiveHost {
         CgroupPolicy::of_programs(&self.mount, cgroup, effective, &mut self.programs)
     }
 
-    fn devices_list(&mut self, pid: u32, captured: Option<u64>) -> V1List {
+    fn devices_list(&mut self, pid: u32, sighted_boot_ns: u64, captured: Option<u64>) -> V1List {
         let by_id = captured.and_then(|id| self.v1_list_by_id(id));
         let cgroup_gone = match by_id {
             Some(Ok(list)) => return V1List::Found(list, V1CgroupFoundBy::Sighting),
             Some(Err(_)) => true,
             None => false,
         };
-        match devices_list_of(pid) {
-            Ok(Some(list)) => V1List::Found(list, V1CgroupFoundBy::ProcPid),
-            Ok(None) => V1List::NoController,
-            Err(_) if cgroup_gone => V1List::CgroupGone,
-            Err(_) => V1List::ProcessGone,
+        // A pid reused since the sighting would lend another process's cgroup.
+        match read_of_the_sighted(pid, sighted_boot_ns, |pid| devices_list_of(pid).ok()) {
+            Some(Some(list)) => V1List::Found(list, V1CgroupFoundBy::ProcPid),
+            Some(None) => V1List::NoController,
+            None if cgroup_gone => V1List::CgroupGone,
+            None => V1List::ProcessGone,
         }
     }
 }

@@ -74,6 +74,28 @@ pub fn comm_of(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// Whether /proc/PID is still the process sighted at `sighted_boot_ns`:
+/// one that started no later (to the clock tick). A pid reused since names
+/// a process that started after the sighting.
+pub fn is_the_sighted_process(pid: u32, sighted_boot_ns: u64) -> bool {
+    start_boot_ns(pid).is_ok_and(|start| start <= sighted_boot_ns)
+}
+
+/// `read` about process `pid`, only if it is the process sighted at
+/// `sighted_boot_ns` both before and after the read (a pid reused during
+/// the read would lend the other process's answer); None otherwise.
+pub fn read_of_the_sighted<T>(
+    pid: u32,
+    sighted_boot_ns: u64,
+    read: impl FnOnce(u32) -> Option<T>,
+) -> Option<T> {
+    if !is_the_sighted_process(pid, sighted_boot_ns) {
+        return None;
+    }
+    let answer = read(pid)?;
+    is_the_sighted_process(pid, sighted_boot_ns).then_some(answer)
+}
+
 /// When process `pid` started, on the kernel's boot-time clock (ns; the
 /// kernel keeps it in clock ticks, 10 ms on most hosts).
 pub fn start_boot_ns(pid: u32) -> std::io::Result<u64> {
@@ -117,6 +139,17 @@ mod tests {
         let membership = "12:pids:/\n5:devices:/docker/abc\n0::/system.slice/docker-abc.scope\n";
         assert_eq!(devices_cgroup_in(membership), Some("/docker/abc"));
         assert_eq!(devices_cgroup_in("0::/\n"), None);
+    }
+
+    #[test]
+    fn a_process_sighted_before_it_started_is_another() {
+        let me = std::process::id();
+        let now = crate::host::clock::since_boot().as_nanos() as u64;
+        assert!(is_the_sighted_process(me, now));
+        assert_eq!(read_of_the_sighted(me, now, Some), Some(me));
+        // Sighted at boot: this process started later, so it is not that one.
+        assert!(!is_the_sighted_process(me, 0));
+        assert_eq!(read_of_the_sighted(me, 0, Some), None);
     }
 
     #[test]

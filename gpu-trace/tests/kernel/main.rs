@@ -31,6 +31,7 @@ mod promtool;
 mod rewritten;
 mod run;
 mod service;
+mod sighted_process;
 #[path = "../support/skip.rs"]
 mod skip;
 mod vendors;

@@ -29,7 +29,7 @@ pub(super) struct Facts {
     /// The process, for the causes that read its own view of the host (its
     /// groups, its security module); None for the rest, so that a retry
     /// loop spread over many processes is diagnosed once.
-    pub pid: Option<u32>,
+    pub process: Option<SightedProcess>,
     /// By value: an unresolved cgroup gets a new one with each record.
     pub container: ByValue<Rendered<Container>>,
     /// Enrichment: the major's driver today, the node's name and kind.
@@ -66,7 +66,10 @@ impl Facts {
             uid: a.uid,
             path: open.map(|o| o.path.clone()),
             ret,
-            pid: reads_process.then_some(a.pid),
+            process: reads_process.then_some(SightedProcess {
+                pid: a.pid,
+                at_boot_ns: a.boot_ns,
+            }),
             container: ByValue(Rc::clone(&record.container)),
             driver: record.driver.clone(),
             device: record.device.clone(),
@@ -97,6 +100,14 @@ impl Facts {
     pub fn culprit(&self) -> Option<&DeniedBy> {
         self.culprit.as_ref().map(|c| &**c.0)
     }
+}
+
+/// A process as sighted: what it reads of /proc/PID later is its own only
+/// while that pid still names a process started no later than this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct SightedProcess {
+    pub pid: u32,
+    pub at_boot_ns: u64,
 }
 
 /// What a cause may read besides the facts; the diagnoser empties its

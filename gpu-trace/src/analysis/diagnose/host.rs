@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use super::facts::SightedProcess;
 use crate::{
     analysis::cdi_check::{stale_entries, StaleCdiEntry},
     host::{
@@ -15,7 +16,7 @@ use crate::{
         in_root::mode_and_group_in,
         nvidia_runtime_config::no_cgroups_config,
         proc_devices::{nvidia_uvm_loaded, CharMajors},
-        proc_pid::groups_of,
+        proc_pid::{groups_of, is_the_sighted_process, read_of_the_sighted},
         security_modules::{security_module_of, SecurityModule},
     },
 };
@@ -29,11 +30,13 @@ const CDI_REREAD_EVERY: Duration = Duration::from_secs(5);
 pub(super) struct Host {
     /// NVIDIA's runtime configuration, when it says `no-cgroups = true`.
     pub no_cgroups_config: fn() -> Option<PathBuf>,
-    /// The node's mode and group as process `pid` sees the path, and the
-    /// process's groups; None when it is gone.
-    pub node_group: fn(u32, &[u8]) -> Option<NodeGroup>,
-    /// The security module confining process `pid`.
-    pub security_module: fn(u32) -> Option<SecurityModule>,
+    /// The node's mode and group as the sighted process sees the path, and
+    /// the process's groups; None when it is gone (or its pid another's).
+    pub node_group: fn(SightedProcess, &[u8]) -> Option<NodeGroup>,
+    /// Whether the sighted process is still there under its pid.
+    pub still_there: fn(SightedProcess) -> bool,
+    /// The security module confining the sighted process.
+    pub security_module: fn(SightedProcess) -> Option<SecurityModule>,
     /// CDI spec entries that no longer match the host.
     pub stale_cdi: fn(&CharMajors) -> Vec<StaleCdiEntry>,
     /// Whether the nvidia_uvm module is loaded.
@@ -45,7 +48,8 @@ impl Default for Host {
         Self {
             no_cgroups_config,
             node_group: node_group_now,
-            security_module: security_module_of,
+            still_there: |p| is_the_sighted_process(p.pid, p.at_boot_ns),
+            security_module: |p| read_of_the_sighted(p.pid, p.at_boot_ns, security_module_of),
             stale_cdi: stale_cdi_now,
             uvm_loaded: nvidia_uvm_loaded,
         }
@@ -72,15 +76,17 @@ pub(super) struct NodeGroup {
     pub process_groups: Vec<u32>,
 }
 
-fn node_group_now(pid: u32, path: &[u8]) -> Option<NodeGroup> {
+fn node_group_now(process: SightedProcess, path: &[u8]) -> Option<NodeGroup> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-    let root = PathBuf::from(format!("/proc/{pid}/root"));
-    let (mode, gid) = mode_and_group_in(&root, path)?;
-    Some(NodeGroup {
-        mode,
-        gid,
-        process_groups: groups_of(pid)?,
+    read_of_the_sighted(process.pid, process.at_boot_ns, |pid| {
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let (mode, gid) = mode_and_group_in(&root, path)?;
+        Some(NodeGroup {
+            mode,
+            gid,
+            process_groups: groups_of(pid)?,
+        })
     })
 }
 

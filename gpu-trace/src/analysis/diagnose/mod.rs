@@ -166,11 +166,15 @@ mod tests {
 
         // EACCES from two processes of one cgroup, one of them outside the
         // node's group: each is read as itself.
-        d.host.node_group = |pid, _| {
+        d.host.node_group = |process, _| {
             Some(NodeGroup {
                 mode: 0o20660,
                 gid: 109,
-                process_groups: if pid == 2 { vec![44] } else { vec![109] },
+                process_groups: if process.pid == 2 {
+                    vec![44]
+                } else {
+                    vec![109]
+                },
             })
         };
         let mut eacces =

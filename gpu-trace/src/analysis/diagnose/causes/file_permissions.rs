@@ -13,9 +13,12 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     let uid = facts.uid;
     let path_word = command_word(&path, NODE_PATH);
     let group = facts
-        .pid
+        .process
         .zip(facts.path.as_deref())
-        .and_then(|(pid, path)| (cx.host.node_group)(pid, path));
+        .and_then(|(process, path)| (cx.host.node_group)(process, path));
+    // Its groups are read from /proc after the event: a process gone by
+    // then (its pid perhaps another's) is not read, and the line says so.
+    let gone = group.is_none() && facts.process.is_some_and(|p| !(cx.host.still_there)(p));
     Some(match group.filter(lacks_the_only_group) {
         Some(g) => Finding {
             explanation: format!(
@@ -38,7 +41,8 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         },
         None => Finding {
             explanation: format!(
-                "{shown} refused uid {uid} with EACCES: its file mode or group does not let this user in; this is not the device policy"
+                "{shown} refused uid {uid} with EACCES: its file mode or group does not let this user in; this is not the device policy{}",
+                if gone { " (the process exited before its groups could be read, so which group it lacked is not known)" } else { "" }
             ),
             fix: vec![
                 format!("check `ls -l -- {path_word}`: NVIDIA's nodes are normally crw-rw-rw-"),
@@ -94,6 +98,24 @@ mod tests {
             &diag.hint,
             "give the container group 109: `--group-add 109`",
         );
+    }
+
+    #[test]
+    fn a_process_gone_before_its_groups_are_read_is_said_so_not_guessed() {
+        let mut d = Diagnoser::default();
+        d.host.node_group = |_, _| None;
+        d.host.still_there = |_| false;
+        let diag = diagnose(&mut d, &refused_by_the_nodes_mode()).expect("diagnosis");
+        assert_has(
+            &diag.explanation,
+            "the process exited before its groups could be read",
+        );
+        assert_starts(&diag.hint, "check `ls -l");
+        d.host.still_there = |_| true;
+        let mut other = refused_by_the_nodes_mode();
+        other.access.pid += 1;
+        let diag = diagnose(&mut d, &other).expect("diagnosis");
+        assert!(!diag.explanation.contains("exited"), "{}", diag.explanation);
     }
 
     #[test]

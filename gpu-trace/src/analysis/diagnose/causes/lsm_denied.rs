@@ -9,7 +9,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         return None;
     }
     let path = facts.path_text();
-    let (who, fix) = match facts.pid.and_then(cx.host.security_module) {
+    let (who, fix) = match facts.process.and_then(cx.host.security_module) {
         Some(SecurityModule::SeLinux { context }) => (
             format!(
                 "SELinux (enforcing{})",

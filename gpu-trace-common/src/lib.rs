@@ -132,6 +132,24 @@ pub const DROP_RECORD_KINDS: [&str; 8] = [
     "in-flight-evicted",
 ];
 
+/// gpu-trace's programs that make events, by their `PROGRAM_*` number:
+/// drop records carry the number, userspace prints the name.
+pub const EVENT_PROGRAMS: [&str; 7] = [
+    "an unknown program",
+    "check_permission_exit (fexit on devcgroup_check_permission)",
+    "observe_device (the cgroup_device observer)",
+    "exit_openat (tracepoint syscalls:sys_exit_openat)",
+    "exit_openat2 (tracepoint syscalls:sys_exit_openat2)",
+    "exit_open (tracepoint syscalls:sys_exit_open)",
+    "open_function_exit (fexit on do_sys_openat2)",
+];
+pub const PROGRAM_CHECK_PERMISSION_EXIT: u32 = 1;
+pub const PROGRAM_OBSERVE_DEVICE: u32 = 2;
+pub const PROGRAM_EXIT_OPENAT: u32 = 3;
+pub const PROGRAM_EXIT_OPENAT2: u32 = 4;
+pub const PROGRAM_EXIT_OPEN: u32 = 5;
+pub const PROGRAM_OPEN_FUNCTION_EXIT: u32 = 6;
+
 /// Drop records of one kind made per second, host-wide; the rest are only
 /// counted, so that a flood of drops is not a flood of records.
 pub const DROP_RECORDS_PER_SECOND: u64 = 10;
@@ -301,7 +319,9 @@ pub struct EventHead {
     pub syscall: u16,
     /// `FLAG_*`.
     pub flags: u16,
-    pub _pad: u32,
+    /// Which of gpu-trace's programs made the event (`PROGRAM_*`), as drop
+    /// records name it.
+    pub program: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<EventHead>() == 56);

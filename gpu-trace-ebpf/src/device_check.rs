@@ -26,6 +26,8 @@ pub struct DeviceCheck {
     pub device: DeviceFields,
     /// 0 allowed, negative errno denied.
     pub verdict: i32,
+    /// The hook's `PROGRAM_*`, for the events it makes itself.
+    pub program: u32,
 }
 
 #[inline(always)]
@@ -174,7 +176,7 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
         syscall_ret: 0,
         syscall: SYSCALL_NONE,
         flags: FLAG_DEVICE_SEEN,
-        _pad: 0,
+        program: check.program,
     };
     let Some(comm) = events::first_sighting(&head) else {
         return;

@@ -3,7 +3,7 @@
 //! wherever the kernel loads it (it needs BTF and trampolines).
 
 use aya_ebpf::{macros::fexit, programs::FExitContext};
-use gpu_trace_common::DeviceFields;
+use gpu_trace_common::{DeviceFields, PROGRAM_CHECK_PERMISSION_EXIT};
 
 use crate::device_check::{self, DeviceCheck};
 
@@ -21,6 +21,7 @@ pub fn check_permission_exit(ctx: FExitContext) -> i32 {
             access: ctx.arg::<u64>(3) as u16,
         },
         verdict: ctx.arg::<u64>(4) as i32,
+        program: PROGRAM_CHECK_PERMISSION_EXIT,
     });
     0
 }

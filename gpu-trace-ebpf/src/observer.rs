@@ -11,7 +11,7 @@ use aya_ebpf::{
     macros::cgroup_device,
     programs::DeviceContext,
 };
-use gpu_trace_common::{DeviceFields, LastDeviceCheck};
+use gpu_trace_common::{DeviceFields, LastDeviceCheck, PROGRAM_OBSERVE_DEVICE};
 
 use crate::{
     device_check::{self, DeviceCheck},
@@ -30,6 +30,7 @@ pub fn observe_device(ctx: DeviceContext) -> i32 {
         // SAFETY: a helper without arguments; the verifier refuses this
         // program where it is missing, and the loader falls back.
         verdict: unsafe { bpf_get_retval() } as i32,
+        program: PROGRAM_OBSERVE_DEVICE,
     });
     ALLOW
 }

@@ -17,8 +17,9 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
-    FLAG_PATH_CHANGED, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, PATH_HEAD_LEN, SEEN_DEVICE, SEEN_WATCHED,
-    SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    FLAG_PATH_CHANGED, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, PATH_HEAD_LEN, PROGRAM_EXIT_OPEN,
+    PROGRAM_EXIT_OPENAT, PROGRAM_EXIT_OPENAT2, PROGRAM_OPEN_FUNCTION_EXIT, SEEN_DEVICE,
+    SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
@@ -61,17 +62,17 @@ pub fn enter_open(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn exit_openat(ctx: TracePointContext) -> u32 {
-    finish_call(record_field::<i64>(&ctx, RET) as i32, SyscallKnown::Yes)
+    finish_call(record_field::<i64>(&ctx, RET) as i32, PROGRAM_EXIT_OPENAT)
 }
 
 #[tracepoint]
 pub fn exit_openat2(ctx: TracePointContext) -> u32 {
-    finish_call(record_field::<i64>(&ctx, RET) as i32, SyscallKnown::Yes)
+    finish_call(record_field::<i64>(&ctx, RET) as i32, PROGRAM_EXIT_OPENAT2)
 }
 
 #[tracepoint]
 pub fn exit_open(ctx: TracePointContext) -> u32 {
-    finish_call(record_field::<i64>(&ctx, RET) as i32, SyscallKnown::Yes)
+    finish_call(record_field::<i64>(&ctx, RET) as i32, PROGRAM_EXIT_OPEN)
 }
 
 /// Whether the entry knew which syscall it was in: the tracepoints do; the
@@ -81,6 +82,14 @@ pub fn exit_open(ctx: TracePointContext) -> u32 {
 pub enum SyscallKnown {
     Yes,
     FromRegisters,
+}
+
+/// What an open call's exit knows of where its event comes from.
+#[derive(Clone, Copy)]
+struct Made {
+    syscall: SyscallKnown,
+    /// The exit's `PROGRAM_*`.
+    program: u32,
 }
 
 /// The start of an open call: `path_ptr` is the user's path argument.
@@ -115,15 +124,16 @@ fn stash_call(path_ptr: u64, syscall: u16) -> u32 {
     0
 }
 
-/// The end of an open call, with its return value (a negative errno on failure).
+/// The end of an open call, with its return value (a negative errno on
+/// failure), in exit tracepoint `program`.
 #[inline(always)]
-fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
+fn finish_call(ret: i32, program: u32) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Some(entry) = IN_FLIGHT.get_ptr_mut(tid) else {
         // Every followed thread's call made an entry at its start.
         if current_is_followed() {
-            why_dropped::in_flight_evicted((pid_tgid >> 32) as u32, tid);
+            why_dropped::in_flight_evicted(program, (pid_tgid >> 32) as u32, tid);
         }
         return 0;
     };
@@ -138,7 +148,11 @@ fn finish_call(ret: i32, syscall: SyscallKnown) -> u32 {
     if verdict_from_errno() {
         claim_device_check(&mut call);
     }
-    report_finished(&call, ret, syscall, pid_tgid, 0);
+    let known = Made {
+        syscall: SyscallKnown::Yes,
+        program,
+    };
+    report_finished(&call, ret, known, pid_tgid, 0);
     0
 }
 
@@ -179,6 +193,7 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
                     call.path_ptr = 0;
                     flags = FLAG_PATH_CHANGED;
                     why_dropped::path_changed(
+                        PROGRAM_OPEN_FUNCTION_EXIT,
                         (pid_tgid >> 32) as u32,
                         call.cgroup_id,
                         call.device.major,
@@ -190,10 +205,14 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
         }
         sighting.syscall = SYSCALL_NONE;
     }
-    let known = if call.seen == 0 {
+    let syscall = if call.seen == 0 {
         SyscallKnown::FromRegisters
     } else {
         SyscallKnown::Yes
+    };
+    let known = Made {
+        syscall,
+        program: PROGRAM_OPEN_FUNCTION_EXIT,
     };
     report_finished(&call, ret, known, pid_tgid, flags);
 }
@@ -272,13 +291,7 @@ const SIGHTING_TTL_NS: u64 = 1_000_000_000;
 
 /// Reports what an open call saw, if anything is worth it.
 #[inline(always)]
-fn report_finished(
-    call: &OpenInFlight,
-    ret: i32,
-    syscall: SyscallKnown,
-    pid_tgid: u64,
-    extra_flags: u16,
-) {
+fn report_finished(call: &OpenInFlight, ret: i32, known: Made, pid_tgid: u64, extra_flags: u16) {
     let seen = call.seen & SEEN_DEVICE != 0;
     // A watched device denied either by a BPF policy (retval) or after it
     // (errno EPERM, e.g. v1); EACCES after the device check is a security
@@ -294,7 +307,7 @@ fn report_finished(
         let observed = if seen { FLAG_DEVICE_SEEN } else { 0 };
         emit(
             call,
-            syscall,
+            &known,
             pid_tgid,
             ret,
             FLAG_HAS_SYSCALL | observed | extra_flags,
@@ -368,7 +381,8 @@ fn starts_with<const N: usize>(head: &[u8; 11], prefix: &[u8; N]) -> bool {
     true
 }
 
-fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags: u16) {
+// By reference: a BPF-to-BPF call takes five arguments at most.
+fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) {
     // The observer takes these only for watched devices.
     let (boot_ns, cgroup_id, uid) = if call.seen & SEEN_WATCHED != 0 {
         (call.boot_ns, call.cgroup_id, call.uid)
@@ -392,20 +406,20 @@ fn emit(call: &OpenInFlight, known: SyscallKnown, pid_tgid: u64, ret: i32, flags
         hook_verdict: call.hook_verdict,
         syscall_ret: ret,
         // Not known yet: a repeat's is taken from its first (userspace).
-        syscall: if known == SyscallKnown::Yes {
+        syscall: if known.syscall == SyscallKnown::Yes {
             call.syscall
         } else {
             SYSCALL_NONE
         },
         flags,
-        _pad: 0,
+        program: known.program,
     };
     let Some(comm) = events::first_sighting(&head) else {
         return;
     };
     // Read from the registers only for a first sighting: a repeat keeps
     // the syscall its first had.
-    if known == SyscallKnown::FromRegisters {
+    if known.syscall == SyscallKnown::FromRegisters {
         head.syscall = syscall_of_call(call.syscall);
     }
     events::send_first(head, comm, call.path_ptr);

@@ -1,7 +1,8 @@
 //! What the kernel programs drop, count instead of send, evict or cut,
 //! said through aya-log for `--bpf-log`. Each record starts with its kind
-//! (userspace rate-limits by it) and names the ids that match it to a
-//! process: pid, cgroup id, major:minor.
+//! (userspace rate-limits by it), says which program made it ("in program
+//! N", a `PROGRAM_*` number userspace prints by name), and names the ids
+//! that match it to a process: pid, cgroup id, major:minor.
 //!
 //! Userspace sets the level (`DROP_RECORD_LEVEL`, and aya-log's own
 //! `AYA_LOG_LEVEL`; read-only data) before loading: at `off` each record's
@@ -64,6 +65,12 @@ fn admitted(kind: u32, level: u8) -> bool {
     false
 }
 
+/// The device as one number: BPF-to-BPF calls take five arguments at most.
+#[inline(always)]
+fn device_of(head: &EventHead) -> u64 {
+    (u64::from(head.device.major) << 32) | u64::from(head.device.minor)
+}
+
 /// Records about one event: a wrapper the call sites use, and the record
 /// made in a function of its own from the event's ids.
 macro_rules! records_of_an_event {
@@ -72,7 +79,7 @@ macro_rules! records_of_an_event {
             $(#[$doc])*
             #[inline(always)]
             pub fn $name(head: &EventHead) {
-                made::$name(head.pid, head.cgroup_id, head.device.major, head.device.minor);
+                made::$name(head.program, head.pid, head.cgroup_id, device_of(head));
             }
         )*
 
@@ -83,9 +90,10 @@ macro_rules! records_of_an_event {
 
             $(
                 #[inline(never)]
-                pub fn $name(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+                pub fn $name(program: u32, pid: u32, cgroup_id: u64, device: u64) {
                     if admitted($kind, $number) {
-                        $level!(&(), $text, pid, cgroup_id, major, minor);
+                        let (major, minor) = ((device >> 32) as u32, device as u32);
+                        $level!(&(), $text, program, pid, cgroup_id, major, minor);
                     }
                 }
             )*
@@ -95,18 +103,18 @@ macro_rules! records_of_an_event {
 
 records_of_an_event! {
     /// The ring buffer was full: the event is lost (and counted).
-    ring_full(0, WARN) => warn!("ring-full: event lost: pid {} cgroup {} device {}:{}");
+    ring_full(0, WARN) => warn!("ring-full: event lost in program {}: pid {} cgroup {} device {}:{}");
     /// Past its cgroup's budget, and no room left to count it by key: the
     /// problem is counted as lost for its cgroup.
-    held_back_table_full(1, WARN) => warn!("held-back-full: event lost: pid {} cgroup {} device {}:{}");
+    held_back_table_full(1, WARN) => warn!("held-back-full: event lost in program {}: pid {} cgroup {} device {}:{}");
     /// A cgroup past its budget of first sightings for the window: its
     /// problems are counted by key from now on, not sent (said once per key).
-    held_back(2, DEBUG) => debug!("held-back: over its cgroup's budget, counted not sent: pid {} cgroup {} device {}:{}");
+    held_back(2, DEBUG) => debug!("held-back: over its cgroup's budget, counted not sent in program {}: pid {} cgroup {} device {}:{}");
     /// The table of repeats is full: this problem's repeats will be sent
     /// one by one rather than counted.
-    repeats_table_full(3, DEBUG) => debug!("repeats-full: repeats sent, not counted: pid {} cgroup {} device {}:{}");
+    repeats_table_full(3, DEBUG) => debug!("repeats-full: repeats sent, not counted in program {}: pid {} cgroup {} device {}:{}");
     /// The path filled the event's buffer: sent cut short.
-    path_cut(4, DEBUG) => debug!("path-cut: path cut to the event's 256 bytes: pid {} cgroup {} device {}:{}");
+    path_cut(4, DEBUG) => debug!("path-cut: path cut to the event's 256 bytes in program {}: pid {} cgroup {} device {}:{}");
 }
 
 /// The path could not be read from the process's memory: sent without.
@@ -114,20 +122,22 @@ records_of_an_event! {
 pub fn path_unread(head: &EventHead, error: i64) {
     path_unread_record(
         error,
+        head.program,
         head.pid,
         head.cgroup_id,
-        head.device.major,
-        head.device.minor,
+        device_of(head),
     );
 }
 
 #[inline(never)]
-fn path_unread_record(error: i64, pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+fn path_unread_record(error: i64, program: u32, pid: u32, cgroup_id: u64, device: u64) {
     if admitted(5, DEBUG) {
+        let (major, minor) = ((device >> 32) as u32, device as u32);
         debug!(
             &(),
-            "path-unread: sent without a path (error {}): pid {} cgroup {} device {}:{}",
+            "path-unread: sent without a path (error {}) in program {}: pid {} cgroup {} device {}:{}",
             error,
+            program,
             pid,
             cgroup_id,
             major,
@@ -139,11 +149,12 @@ fn path_unread_record(error: i64, pid: u32, cgroup_id: u64, major: u32, minor: u
 /// Another thread rewrote the path between the device check and the
 /// call's end: sent without a path.
 #[inline(never)]
-pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
+pub fn path_changed(program: u32, pid: u32, cgroup_id: u64, major: u32, minor: u32) {
     if admitted(6, DEBUG) {
         debug!(
             &(),
-            "path-changed: path rewritten during the call, sent without: pid {} cgroup {} device {}:{}",
+            "path-changed: path rewritten during the call, sent without in program {}: pid {} cgroup {} device {}:{}",
+            program,
             pid,
             cgroup_id,
             major,
@@ -156,11 +167,12 @@ pub fn path_changed(pid: u32, cgroup_id: u64, major: u32, minor: u32) {
 /// of calls in flight (more threads than it holds opened files since), or
 /// the call began before gpu-trace attached. Its result is not seen.
 #[inline(never)]
-pub fn in_flight_evicted(pid: u32, tid: u32) {
+pub fn in_flight_evicted(program: u32, pid: u32, tid: u32) {
     if admitted(7, DEBUG) {
         debug!(
             &(),
-            "in-flight-evicted: an open call's entry was gone at its exit, its result unseen: pid {} tid {}",
+            "in-flight-evicted: an open call's entry was gone at its exit, its result unseen in program {}: pid {} tid {}",
+            program,
             pid,
             tid
         );

@@ -20,7 +20,7 @@ use aya::{
     Ebpf,
 };
 use aya_log::EbpfLogger;
-use gpu_trace_common::{map, DropRecordBudget, DROP_RECORD_KINDS};
+use gpu_trace_common::{map, DropRecordBudget, DROP_RECORD_KINDS, EVENT_PROGRAMS};
 
 use crate::{kernel::attach::take_map, text::terminal::printable};
 
@@ -192,7 +192,7 @@ impl log::Log for Shared {
 
 impl Lines {
     fn print(&self, record: &log::Record) {
-        let text = record.args().to_string();
+        let text = with_program_named(&record.args().to_string());
         let kind = text.split(':').next().unwrap_or("").trim();
         let kind = printable(kind.as_bytes());
         if self.admit(&kind) {
@@ -202,9 +202,39 @@ impl Lines {
     }
 }
 
+/// The record's "in program N" (a `PROGRAM_*` number, all the kernel side
+/// can print cheaply) as the program's name.
+fn with_program_named(text: &str) -> String {
+    const MARK: &str = "in program ";
+    let Some(at) = text.find(MARK) else {
+        return text.to_string();
+    };
+    let rest = &text[at + MARK.len()..];
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let name = rest[..digits]
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| EVENT_PROGRAMS.get(n))
+        .unwrap_or(&EVENT_PROGRAMS[0]);
+    format!("{}in {name}{}", &text[..at], &rest[digits..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_names_its_program() {
+        assert_eq!(
+            with_program_named("ring-full: event lost in program 2: pid 7 cgroup 1 device 511:0"),
+            "ring-full: event lost in observe_device (the cgroup_device observer): pid 7 cgroup 1 device 511:0"
+        );
+        assert_eq!(
+            with_program_named("path-cut: cut in program 99: pid 7"),
+            "path-cut: cut in an unknown program: pid 7"
+        );
+        assert_eq!(with_program_named("no program here"), "no program here");
+    }
 
     #[test]
     fn each_kind_gets_its_own_lines_a_second() {

@@ -156,7 +156,8 @@ fn access_of(
             syscall_ret: key.syscall_ret,
             syscall,
             flags,
-            _pad: 0,
+            // Not kept with the counts: the repeats were only counted.
+            program: 0,
         },
         v1_devices_cgroup: path.map_or(0, |sent| sent.v1_devices_cgroup),
         comm: key.comm,

@@ -77,8 +77,9 @@ fn a_path_cut_to_the_events_buffer_is_said_at_debug_and_not_at_off() {
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };
+        let program = event_program(&stderr, MadeBy::OpenatExit);
         let expected = format!(
-            "gpu-trace: bpf: debug: path-cut: path cut to the event's 256 bytes: pid {} cgroup {id} device {}:0",
+            "gpu-trace: bpf: debug: path-cut: path cut to the event's 256 bytes in {program}: pid {} cgroup {id} device {}:0",
             probe.pid, incident.uvm_major
         );
         assert_eq!(said, [&expected], "{stderr:#?}");
@@ -107,8 +108,9 @@ fn a_path_the_process_no_longer_maps_is_said_unread_at_debug_and_not_at_off() {
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };
+        let program = event_program(&stderr, MadeBy::OpenatExit);
         let expected = format!(
-            "gpu-trace: bpf: debug: path-unread: sent without a path (error -14): pid {pid} cgroup {id} device {}:0",
+            "gpu-trace: bpf: debug: path-unread: sent without a path (error -14) in {program}: pid {pid} cgroup {id} device {}:0",
             incident.uvm_major
         );
         assert!(
@@ -154,8 +156,10 @@ fn a_full_ring_buffer_is_said_at_debug_rate_limited_and_not_at_off() {
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };
+        // mknod, outside open calls: the device hook makes the events.
+        let program = event_program(&stderr, MadeBy::DeviceHook);
         let prefix = format!(
-            "gpu-trace: bpf: warn: ring-full: event lost: pid {pid} cgroup {id} device {}:",
+            "gpu-trace: bpf: warn: ring-full: event lost in {program}: pid {pid} cgroup {id} device {}:",
             incident.uvm_major
         );
         let lost_lines = said.iter().filter(|l| l.starts_with(&prefix)).count();
@@ -187,8 +191,9 @@ fn a_cgroup_past_its_kernel_budget_is_said_held_back_at_debug_and_not_at_off() {
         let Some(said) = records_at(level, &stderr) else {
             continue;
         };
+        let program = event_program(&stderr, MadeBy::DeviceHook);
         let prefix = format!(
-            "gpu-trace: bpf: debug: held-back: over its cgroup's budget, counted not sent: pid {pid} cgroup {id} device {}:",
+            "gpu-trace: bpf: debug: held-back: over its cgroup's budget, counted not sent in {program}: pid {pid} cgroup {id} device {}:",
             incident.uvm_major
         );
         assert!(
@@ -281,7 +286,9 @@ fn a_fan_fills(test: &str, fan: Fan, record: &str) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (pid, stderr) = watch_a_fan(&incident, &programs[0], &args, &fan);
     let said = records_at("debug", &stderr).expect("records at debug");
-    let prefix = format!("gpu-trace: bpf: {record} pid {pid} cgroup ");
+    // mknod, outside open calls: the device hook makes the events.
+    let program = event_program(&stderr, MadeBy::DeviceHook);
+    let prefix = format!("gpu-trace: bpf: {record} in {program}: pid {pid} cgroup ");
     assert!(
         said.iter().any(|l| l.starts_with(&prefix)),
         "no {record:?} record: {said:#?}"
@@ -302,7 +309,7 @@ fn a_full_repeats_table_is_said_at_debug() {
             majors: 1,
             pause_ms: 40,
         },
-        "debug: repeats-full: repeats sent, not counted:",
+        "debug: repeats-full: repeats sent, not counted",
     );
 }
 
@@ -321,7 +328,7 @@ fn a_full_held_back_table_is_said_at_debug() {
             majors: 64,
             pause_ms: 0,
         },
-        "warn: held-back-full: event lost:",
+        "warn: held-back-full: event lost",
     );
 }
 
@@ -356,8 +363,10 @@ fn an_open_calls_entry_evicted_in_flight_is_said_at_debug() {
     thread::sleep(Duration::from_millis(1_500));
     let stderr = watcher.stop_cleanly();
     let said = records_at("debug", &stderr).expect("records at debug");
+    // glibc's open() is the openat syscall.
+    let program = event_program(&stderr, MadeBy::OpenatExit);
     let expected = format!(
-        "gpu-trace: bpf: debug: in-flight-evicted: an open call's entry was gone at its exit, its result unseen: pid {pid} tid {tid}"
+        "gpu-trace: bpf: debug: in-flight-evicted: an open call's entry was gone at its exit, its result unseen in {program}: pid {pid} tid {tid}"
     );
     assert!(
         said.contains(&&expected),

@@ -699,7 +699,9 @@ fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
     }
     // The kernel says so too (--bpf-log), where it happened at all: with
     // fexit on the open function, the path is read at the call's end.
-    let said = format!("gpu-trace: bpf: debug: path-changed: path rewritten during the call, sent without: pid {pid} ");
+    let program =
+        gpu_trace_common::EVENT_PROGRAMS[gpu_trace_common::PROGRAM_OPEN_FUNCTION_EXIT as usize];
+    let said = format!("gpu-trace: bpf: debug: path-changed: path rewritten during the call, sent without in {program}: pid {pid} ");
     let records = stderr.iter().filter(|l| l.starts_with(&said)).count();
     assert_eq!(
         records > 0,

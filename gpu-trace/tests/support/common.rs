@@ -484,6 +484,43 @@ pub fn assert_hooks_in_place(stderr: &[String]) {
     assert!(unexpected.is_empty(), "{unexpected:#?}");
 }
 
+/// Where an event is made, for the program a drop record names.
+pub enum MadeBy {
+    /// The device hook, reporting at once (outside open calls, or with no
+    /// open route).
+    DeviceHook,
+    /// The end of an openat call, on watch's open route (the device hook's
+    /// own report where there is none).
+    OpenatExit,
+}
+
+/// The program, by the name drop records print, that makes the events
+/// `made_by` says under the watch whose stderr is `stderr` (its hook lines).
+pub fn event_program(stderr: &[String], made_by: MadeBy) -> &'static str {
+    use gpu_trace_common::{
+        EVENT_PROGRAMS, PROGRAM_CHECK_PERMISSION_EXIT, PROGRAM_EXIT_OPENAT, PROGRAM_OBSERVE_DEVICE,
+        PROGRAM_OPEN_FUNCTION_EXIT,
+    };
+    let active = |what: &str| says(stderr, "gpu-trace: hook active:", what);
+    let device_hook = if active("fexit devcgroup_check_permission") {
+        PROGRAM_CHECK_PERMISSION_EXIT
+    } else if active("cgroup_device observer") {
+        PROGRAM_OBSERVE_DEVICE
+    } else {
+        panic!("no device hook among {stderr:#?}")
+    };
+    let program = match made_by {
+        MadeBy::OpenatExit if active(&format!("fexit {}", program::OPEN_FUNCTION)) => {
+            PROGRAM_OPEN_FUNCTION_EXIT
+        }
+        MadeBy::OpenatExit if active("tracepoints syscalls:sys_{enter,exit}_openat") => {
+            PROGRAM_EXIT_OPENAT
+        }
+        _ => device_hook,
+    };
+    EVENT_PROGRAMS[program as usize]
+}
+
 /// Whether `run ARGS -- true` starts: exit 0 where the kernel takes the
 /// forced hook, 6 (hook refused, naming `refused`) where it does not. Where
 /// trampolines are expected (GPU_TRACE_EXPECT_FEXIT=1), a refusal fails here.

@@ -57,62 +57,68 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
     drivers: FollowDrivers,
     ready: impl FnOnce(&Session),
 ) -> anyhow::Result<C::Outcome> {
-    let mut ring = RingEvents::register(&session.tracer)?;
-    let mut upgrade = OpenRouteUpgrade::register(&mut session.tracer)?;
-    ready(session);
-    let mut ticks = interval(READ_EVERY);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut driver_majors = DriverMajorsOnTick::default();
-    let mut follow_drivers = drivers != FollowDrivers::No;
-    let outcome = loop {
-        // Biased: under a flood the drain branch is always ready, so the
-        // rare ones (signals, the once-a-second tick) must come first or they
-        // would starve (a SIGHUP went unanswered that way).
-        tokio::select! {
-            biased;
-            step = controls.next(output) => match step? {
-                Step::Continue => {}
-                Step::Stop(outcome) => break outcome,
-            },
-            due = upgrade.due() => {
-                due?;
-                upgrade.apply(&mut session.tracer)?;
-            }
-            _ = ticks.tick() => {
-                // The ring first: a repeat's first event (and its path) may
-                // still wait there.
-                session.drain(DRAIN_BATCH, output);
-                output.flush()?;
-                session.tracer.flush_bpf_log();
-                session.admit_repeats(output);
-                output.tick(session)?;
-                if follow_drivers {
-                    if let Err(e) = driver_majors.tick(&mut session.tracer, &mut session.pipeline.enricher) {
-                        if drivers == FollowDrivers::EndOnError {
-                            return Err(e);
+    // The kernel programs' last records are read whichever way the loop
+    // ends: an error is when what they dropped matters most.
+    let ended = async {
+        let mut ring = RingEvents::register(&session.tracer)?;
+        let mut upgrade = OpenRouteUpgrade::register(&mut session.tracer)?;
+        ready(session);
+        let mut ticks = interval(READ_EVERY);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut driver_majors = DriverMajorsOnTick::default();
+        let mut follow_drivers = drivers != FollowDrivers::No;
+        let outcome = loop {
+            // Biased: under a flood the drain branch is always ready, so the
+            // rare ones (signals, the once-a-second tick) must come first or they
+            // would starve (a SIGHUP went unanswered that way).
+            tokio::select! {
+                biased;
+                step = controls.next(output) => match step? {
+                    Step::Continue => {}
+                    Step::Stop(outcome) => break outcome,
+                },
+                due = upgrade.due() => {
+                    due?;
+                    upgrade.apply(&mut session.tracer)?;
+                }
+                _ = ticks.tick() => {
+                    // The ring first: a repeat's first event (and its path) may
+                    // still wait there.
+                    session.drain(DRAIN_BATCH, output);
+                    output.flush()?;
+                    session.tracer.flush_bpf_log();
+                    session.admit_repeats(output);
+                    output.tick(session)?;
+                    if follow_drivers {
+                        if let Err(e) = driver_majors.tick(&mut session.tracer, &mut session.pipeline.enricher) {
+                            if drivers == FollowDrivers::EndOnError {
+                                return Err(e);
+                            }
+                            eprintln!("gpu-trace: {e:#}; drivers loaded from now on are not watched");
+                            follow_drivers = false;
                         }
-                        eprintln!("gpu-trace: {e:#}; drivers loaded from now on are not watched");
-                        follow_drivers = false;
                     }
                 }
+                due = ring.drain_due() => {
+                    due?;
+                    ring.before_drain().await;
+                    let handed = session.drain(DRAIN_BATCH, output);
+                    output.flush()?;
+                    // Also here, not only on the tick: under a flood the tick
+                    // comes late, and aya-log's 128 KiB ring would fill and
+                    // drop records uncounted. Bounded: the programs make at
+                    // most 10 records of a kind a second.
+                    session.tracer.read_bpf_log();
+                    ring.drained(handed);
+                }
             }
-            due = ring.drain_due() => {
-                due?;
-                ring.before_drain().await;
-                let handed = session.drain(DRAIN_BATCH, output);
-                output.flush()?;
-                // Also here, not only on the tick: under a flood the tick
-                // comes late, and aya-log's 128 KiB ring would fill and
-                // drop records uncounted. Bounded: the programs make at
-                // most 10 records of a kind a second.
-                session.tracer.read_bpf_log();
-                ring.drained(handed);
-            }
-        }
-    };
-    session.drain(RING_CAPACITY_EVENTS, output);
-    session.admit_repeats(output);
-    output.finish()?;
+        };
+        session.drain(RING_CAPACITY_EVENTS, output);
+        session.admit_repeats(output);
+        output.finish()?;
+        Ok(outcome)
+    }
+    .await;
     session.tracer.finish_bpf_log();
-    Ok(outcome)
+    ended
 }

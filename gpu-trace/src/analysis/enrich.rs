@@ -15,10 +15,14 @@ use crate::{
         identity::identify_made_by,
         resolver::CgroupResolver,
     },
-    host::{clock::BootClock, proc_devices::CharMajors, sysfs_devices::device_facts},
+    host::{
+        clock::BootClock, nvidia_gpus::NvidiaGpus, proc_devices::CharMajors,
+        sysfs_devices::device_facts,
+    },
     model::{
         access::DeviceAccess,
         container::Container,
+        gpu::{GpuIdentity, MigCapability},
         node::{major_owner, node_name, NvidiaNode},
         record::{Record, RecordKind},
         rendered::Rendered,
@@ -41,6 +45,9 @@ pub struct Enricher {
     started: FxHashMap<u64, Option<FirstProcess>>,
     /// sysfs facts of DRM and accel nodes, by device number.
     device_facts: FxHashMap<(u32, u32), DeviceFacts>,
+    /// The NVIDIA driver's GPUs and MIG capabilities, and when last read.
+    gpus: NvidiaGpus,
+    gpus_read_at: Option<Instant>,
 }
 
 /// Device numbers whose sysfs facts are kept; a tenant can open many minors.
@@ -52,6 +59,14 @@ const CONTAINERS_LIMIT: usize = 16_384;
 
 /// How stale the /proc/devices snapshot may be when an unknown major shows up.
 const MAJORS_REFRESH: Duration = Duration::from_millis(500);
+
+/// How stale the driver's list of GPUs may be when an unknown minor shows up.
+const GPUS_REFRESH: Duration = Duration::from_secs(5);
+
+type GpuOfNode = (
+    Option<Rc<Rendered<GpuIdentity>>>,
+    Option<Rc<Rendered<MigCapability>>>,
+);
 
 impl Enricher {
     pub fn new(cgroups: CgroupResolver, majors: CharMajors) -> Self {
@@ -65,6 +80,40 @@ impl Enricher {
             clock: BootClock::now(),
             started: FxHashMap::default(),
             device_facts: FxHashMap::default(),
+            gpus: NvidiaGpus::default(),
+            gpus_read_at: None,
+        }
+    }
+
+    /// The GPU and MIG capability a GPU or capability node stands for; the
+    /// driver's files are read again when a minor is not in them, at most
+    /// every GPUS_REFRESH (GPUs come with the driver, MIG instances are
+    /// made and destroyed while it runs).
+    fn gpu_of(&mut self, node: Option<NvidiaNode>) -> GpuOfNode {
+        let known = |gpus: &NvidiaGpus| match node {
+            Some(NvidiaNode::Gpu(minor)) => gpus.gpu(minor).is_some(),
+            Some(NvidiaNode::Cap(minor)) => gpus.capability(minor).is_some(),
+            _ => true,
+        };
+        if !known(&self.gpus)
+            && self
+                .gpus_read_at
+                .is_none_or(|at| at.elapsed() > GPUS_REFRESH)
+        {
+            self.gpus = NvidiaGpus::read();
+            self.gpus_read_at = Some(Instant::now());
+        }
+        match node {
+            Some(NvidiaNode::Gpu(minor)) => (self.gpus.gpu(minor).cloned(), None),
+            Some(NvidiaNode::Cap(minor)) => {
+                let mig = self.gpus.capability(minor).cloned();
+                let gpu = mig
+                    .as_ref()
+                    .and_then(|m| m.gpu)
+                    .and_then(|gpu| self.gpus.gpu(gpu).cloned());
+                (gpu, mig)
+            }
+            _ => (None, None),
         }
     }
 
@@ -189,6 +238,7 @@ impl Enricher {
             // Failed before any device check: the path says what it was.
             vendor_of_path(&access, node)
         };
+        let (gpu, mig) = self.gpu_of(node);
         let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
         let container = self.container(access.cgroup_id, cgroup.as_ref());
         let time = self.clock.wall_time(access.boot_ns);
@@ -204,6 +254,8 @@ impl Enricher {
             driver,
             device,
             node,
+            gpu,
+            mig,
             denied_by: None,
             diagnosis: None,
             kind: RecordKind::Event,

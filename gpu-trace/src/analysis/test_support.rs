@@ -75,6 +75,8 @@ pub fn record(
         driver,
         device: node.map(NvidiaNode::name),
         node,
+        gpu: None,
+        mig: None,
         vendor: None,
         role: None,
         denied_by: None,

@@ -9,6 +9,7 @@ pub mod in_root;
 pub mod kernel_btf;
 pub mod log_files;
 pub mod mountinfo;
+pub mod nvidia_gpus;
 pub mod nvidia_runtime_config;
 pub mod preflight;
 pub mod proc_devices;

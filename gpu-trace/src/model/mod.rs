@@ -7,6 +7,7 @@ pub mod container;
 pub mod denied_by;
 pub mod diagnosis;
 pub mod exit_status;
+pub mod gpu;
 pub mod node;
 pub mod policy_writer;
 pub mod record;

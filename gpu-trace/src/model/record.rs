@@ -8,6 +8,7 @@ use crate::model::{
     container::Container,
     denied_by::DeniedBy,
     diagnosis::Diagnosis,
+    gpu::{GpuIdentity, MigCapability},
     node::NvidiaNode,
     rendered::Rendered,
     vendor::{Role, Vendor},
@@ -31,6 +32,11 @@ pub struct Record {
     pub device: Option<String>,
     /// Which NVIDIA node this is, from its driver or, failing that, its path.
     pub node: Option<NvidiaNode>,
+    /// The GPU a GPU node (or a MIG capability node of one GPU) stands for,
+    /// from the driver's /proc/driver/nvidia/gpus.
+    pub gpu: Option<Rc<Rendered<GpuIdentity>>>,
+    /// What a MIG capability node stands for (/proc/driver/nvidia-caps).
+    pub mig: Option<Rc<Rendered<MigCapability>>>,
     /// Whose accelerator and what the node is for, when known.
     pub vendor: Option<Vendor>,
     pub role: Option<Role>,

@@ -92,6 +92,28 @@ pub fn write_human(
 }
 
 /// The event on one line after its time and verdict, before terminal escaping.
+/// " [GPU-… 0000:18:00.0]", " [MIG gpu 3 gi 1 ci 0 of GPU-…]": which GPU
+/// a node is, as the driver names it (its text checked when read).
+fn which_gpu(record: &Record) -> String {
+    let gpu = record
+        .gpu
+        .as_deref()
+        .map(|g| format!("{} {}", g.uuid, g.pci_bus_id));
+    let Some(mig) = record.mig.as_deref() else {
+        return gpu.map(|g| format!(" [{g}]")).unwrap_or_default();
+    };
+    let mut text = format!(" [MIG {}", mig.capability);
+    for (name, number) in [("gpu", mig.gpu), ("gi", mig.gi), ("ci", mig.ci)] {
+        if let Some(number) = number {
+            text.push_str(&format!(" {name} {number}"));
+        }
+    }
+    if let Some(gpu) = gpu {
+        text.push_str(&format!(" of {gpu}"));
+    }
+    text + "]"
+}
+
 fn human_line(record: &Record) -> String {
     let a = &record.access;
     let device = if a.device_seen {
@@ -109,6 +131,7 @@ fn human_line(record: &Record) -> String {
             .clone()
             .unwrap_or_else(|| "(no device)".into())
     };
+    let device = device + &which_gpu(record);
     let (path, result) = match &a.open {
         Some(open) => (
             open.shown_path(),
@@ -256,6 +279,13 @@ fn write_json(out: &mut Vec<u8>, record: &Record) {
     o.opt_str("driver", record.driver.as_deref());
     o.opt_str("vendor", record.vendor.map(Vendor::name));
     o.opt_str("role", record.role.map(Role::name));
+    // Only where the driver names them: most nodes are no GPU.
+    if let Some(gpu) = record.gpu.as_deref() {
+        o.raw("gpu", gpu.json());
+    }
+    if let Some(mig) = record.mig.as_deref() {
+        o.raw("mig", mig.json());
+    }
     o.opt_str("type", seen.then_some(a.type_letter()));
     o.opt_num("major", seen.then_some(a.major));
     o.opt_num("minor", seen.then_some(a.minor));
@@ -341,6 +371,8 @@ mod tests {
             driver: Some("nvidia-uvm".into()),
             device: Some("nvidia-uvm".into()),
             node: Some(crate::model::node::NvidiaNode::Uvm),
+            gpu: None,
+            mig: None,
             vendor: None,
             role: None,
             denied_by: None,
@@ -420,6 +452,31 @@ mod tests {
         );
         assert_eq!(v["comm"], "evil\nname\\x80");
         assert_eq!(v["comm_hex"], "6576696c0a6e616d6580");
+    }
+
+    #[test]
+    fn a_gpu_node_says_which_gpu_and_a_mig_node_which_instance_of_it() {
+        use crate::model::gpu::{GpuIdentity, MigCapability};
+        let mut r = record(b"python3", b"/dev/nvidia-caps/nvidia-cap31");
+        r.gpu = Some(std::rc::Rc::new(Rendered::new(GpuIdentity {
+            uuid: "GPU-6f1b".into(),
+            pci_bus_id: "0000:18:00.0".into(),
+            minor: 3,
+        })));
+        assert!(human_line(&r).contains(" [GPU-6f1b 0000:18:00.0]  "));
+        r.mig = Some(std::rc::Rc::new(Rendered::new(MigCapability {
+            capability: "compute-instance",
+            gpu: Some(3),
+            gi: Some(1),
+            ci: Some(0),
+        })));
+        let line = human_line(&r);
+        assert!(
+            line.contains(" [MIG compute-instance gpu 3 gi 1 ci 0 of GPU-6f1b 0000:18:00.0]  "),
+            "{line}"
+        );
+        let (json, _) = json_of(&r);
+        assert!(json.contains(r#""role":null,"gpu":{"uuid":"GPU-6f1b","pci_bus_id":"0000:18:00.0","minor":3},"mig":{"capability":"compute-instance","gpu":3,"gi":1,"ci":0},"type""#), "{json}");
     }
 
     #[test]

@@ -411,6 +411,8 @@ mod tests {
             driver: None,
             device: None,
             node: None,
+            gpu: None,
+            mig: None,
             vendor: None,
             role: None,
             denied_by: None,

@@ -36,3 +36,4 @@ mod sighted_process;
 mod skip;
 mod vendors;
 mod watch;
+mod which_gpu;

@@ -163,6 +163,8 @@ mod tests {
             id: id.into(),
             name: Some("web".into()),
             pod_uid: None,
+            namespace: None,
+            pod: None,
             cgroup: format!("/system.slice/docker-{id}.scope"),
         }
     }

@@ -55,13 +55,32 @@ pub fn identify_made_by(cgroup: &str, names: &NameSources, creator_uid: Option<u
         }
     }
     match container.or(unit) {
-        Some((room, id, pod_uid, cgroup)) => Container {
-            runtime: room.runtime(),
-            name: room.name(&id, names),
-            id,
-            pod_uid,
-            cgroup,
-        },
+        Some((room, id, pod_uid, cgroup)) => {
+            // A pod's names count only for the pod its path names.
+            let pod = room
+                .pod_names(&id, names)
+                .filter(|p| pod_uid.as_ref().is_none_or(|uid| *uid == p.pod_uid));
+            match pod {
+                Some(pod) => Container {
+                    runtime: room.runtime(),
+                    name: Some(pod.container),
+                    id,
+                    pod_uid: Some(pod.pod_uid),
+                    namespace: Some(pod.namespace),
+                    pod: Some(pod.pod),
+                    cgroup,
+                },
+                None => Container {
+                    runtime: room.runtime(),
+                    name: room.name(&id, names),
+                    id,
+                    pod_uid,
+                    namespace: None,
+                    pod: None,
+                    cgroup,
+                },
+            }
+        }
         None => Container {
             runtime: Runtime::Cgroup,
             id: if cgroup.is_empty() {
@@ -71,6 +90,8 @@ pub fn identify_made_by(cgroup: &str, names: &NameSources, creator_uid: Option<u
             },
             name: None,
             pod_uid: None,
+            namespace: None,
+            pod: None,
             cgroup: cgroup.into(),
         },
     }
@@ -143,6 +164,8 @@ mod tests {
                 pve_lxc_dir: "/nonexistent".into(),
                 docker_containers_dir: "/nonexistent".into(),
                 podman_containers_file: "/nonexistent".into(),
+                containerd_k8s_bundles_dir: "/none".into(),
+                crio_containers_dir: "/none".into(),
                 cgroup2_mount: None,
             },
         )
@@ -236,6 +259,8 @@ mod tests {
             pve_lxc_dir: pve,
             docker_containers_dir: docker,
             podman_containers_file: podman,
+            containerd_k8s_bundles_dir: "/none".into(),
+            crio_containers_dir: "/none".into(),
             cgroup2_mount: None,
         };
 
@@ -255,12 +280,65 @@ mod tests {
     }
 
     #[test]
+    fn a_kubernetes_container_is_named_by_its_pod_from_the_runtimes_bundle() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: bundles count only when root's, and only root makes one");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let bundles = root.path().join("k8s.io");
+        fs::create_dir_all(bundles.join(DOCKER_ID)).unwrap();
+        let annotations = |uid: &str| {
+            serde_json::json!({"annotations": {
+                "io.kubernetes.cri.sandbox-namespace": "ml-team",
+                "io.kubernetes.cri.sandbox-name": "train-0",
+                "io.kubernetes.cri.sandbox-uid": uid,
+                "io.kubernetes.cri.container-name": "trainer",
+            }})
+            .to_string()
+        };
+        let config = bundles.join(DOCKER_ID).join("config.json");
+        fs::write(&config, annotations("6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8")).unwrap();
+        let names = NameSources {
+            pve_lxc_dir: "/none".into(),
+            docker_containers_dir: "/none".into(),
+            podman_containers_file: "/none".into(),
+            containerd_k8s_bundles_dir: bundles,
+            crio_containers_dir: "/none".into(),
+            cgroup2_mount: None,
+        };
+        let path = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b1e2a3c_4d5e_6f70_8192_a3b4c5d6e7f8.slice/cri-containerd-{DOCKER_ID}.scope");
+        let c = identify(&path, &names);
+        assert_eq!(c.namespace.as_deref(), Some("ml-team"));
+        assert_eq!(c.pod.as_deref(), Some("train-0"));
+        assert_eq!(c.name.as_deref(), Some("trainer"));
+        assert_eq!(
+            runtime::label(&c),
+            "pod ml-team/train-0 (container trainer)"
+        );
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["namespace"], "ml-team");
+        assert_eq!(json["pod"], "train-0");
+        assert_eq!(json["pod_uid"], "6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8");
+        // A bundle that names another pod than the path's is not believed.
+        fs::write(&config, annotations("00000000-4d5e-6f70-8192-a3b4c5d6e7f8")).unwrap();
+        let c = identify(&path, &names);
+        assert_eq!((c.pod, c.namespace, c.name), (None, None, None));
+        assert_eq!(
+            c.pod_uid.as_deref(),
+            Some("6b1e2a3c-4d5e-6f70-8192-a3b4c5d6e7f8")
+        );
+    }
+
+    #[test]
     fn container_queries_accept_what_users_type() {
         let ct = Container {
             runtime: Runtime::Lxc,
             id: "200".into(),
             name: Some("cuda-box".into()),
             pod_uid: None,
+            namespace: None,
+            pod: None,
             cgroup: "/lxc/200".into(),
         };
         assert!(matches(&ct, "200") && matches(&ct, "cuda-box"));
@@ -302,6 +380,8 @@ mod tests {
             pve_lxc_dir: "/nonexistent".into(),
             docker_containers_dir: "/nonexistent".into(),
             podman_containers_file: "/nonexistent".into(),
+            containerd_k8s_bundles_dir: "/none".into(),
+            crio_containers_dir: "/none".into(),
             cgroup2_mount: Some(mount.path().to_path_buf()),
         };
         let attacker = identify(

@@ -4,8 +4,10 @@
 use crate::{
     model::container::{Container, Runtime},
     runtime::{
-        is_full_container_id, oci_engine::kubernetes_allow, ContainerRuntime, DeviceToAllow,
-        Engine, PathStep,
+        is_full_container_id,
+        kubernetes_names::{self, PodNames},
+        oci_engine::kubernetes_allow,
+        ContainerRuntime, DeviceToAllow, Engine, NameSources, PathStep,
     },
 };
 
@@ -28,6 +30,15 @@ impl ContainerRuntime for Containerd {
 
     fn engine(&self) -> Option<Engine> {
         Some(Engine::Kubernetes)
+    }
+
+    /// The CRI plugin's annotations in the task's bundle (namespace k8s.io).
+    fn pod_names(&self, id: &str, sources: &NameSources) -> Option<PodNames> {
+        let config = sources
+            .containerd_k8s_bundles_dir
+            .join(id)
+            .join("config.json");
+        kubernetes_names::from_bundle(&config, &kubernetes_names::CONTAINERD)
     }
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {

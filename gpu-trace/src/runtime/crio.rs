@@ -3,7 +3,11 @@
 
 use crate::{
     model::container::{Container, Runtime},
-    runtime::{oci_engine::kubernetes_allow, ContainerRuntime, DeviceToAllow, Engine, PathStep},
+    runtime::{
+        kubernetes_names::{self, PodNames},
+        oci_engine::kubernetes_allow,
+        ContainerRuntime, DeviceToAllow, Engine, NameSources, PathStep,
+    },
 };
 
 pub struct Crio;
@@ -19,6 +23,15 @@ impl ContainerRuntime for Crio {
 
     fn engine(&self) -> Option<Engine> {
         Some(Engine::Kubernetes)
+    }
+
+    /// CRI-O's annotations in the container's bundle.
+    fn pod_names(&self, id: &str, sources: &NameSources) -> Option<PodNames> {
+        let config = sources
+            .crio_containers_dir
+            .join(id)
+            .join("userdata/config.json");
+        kubernetes_names::from_bundle(&config, &kubernetes_names::CRIO)
     }
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {

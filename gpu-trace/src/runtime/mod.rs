@@ -7,6 +7,7 @@
 mod containerd;
 mod crio;
 mod docker;
+mod kubernetes_names;
 mod lxc;
 mod name_sources;
 mod oci_engine;
@@ -14,6 +15,7 @@ mod plain_cgroup;
 mod podman;
 mod systemd;
 
+pub use kubernetes_names::PodNames;
 pub use name_sources::NameSources;
 pub use oci_engine::{is_full_container_id, Engine};
 
@@ -93,6 +95,12 @@ pub trait ContainerRuntime: Sync {
         None
     }
 
+    /// A Kubernetes container's namespace, pod and name, from the
+    /// runtime's own record of it; None outside Kubernetes.
+    fn pod_names(&self, _id: &str, _sources: &NameSources) -> Option<PodNames> {
+        None
+    }
+
     /// The engine that drives an OCI runtime (runc, crun) to write its
     /// device policies, with NVIDIA's hook adding the GPUs; None for the
     /// runtimes that write their own.
@@ -162,6 +170,10 @@ pub fn of(runtime: Runtime) -> &'static dyn ContainerRuntime {
 
 /// "ct 200 (cuda-box)", "docker 3f2a9c1b0d4e (web)", "cgroup /user.slice".
 pub fn label(container: &Container) -> String {
+    if let (Some(namespace), Some(pod)) = (&container.namespace, &container.pod) {
+        let name = container.name.as_deref().unwrap_or("?");
+        return format!("pod {namespace}/{pod} (container {name})");
+    }
     let id = of(container.runtime).label(&container.id);
     match &container.name {
         Some(name) if *name != container.id => format!("{id} ({name})"),

@@ -405,6 +405,8 @@ mod tests {
                     pve_lxc_dir: "/none".into(),
                     docker_containers_dir: "/none".into(),
                     podman_containers_file: "/none".into(),
+                    containerd_k8s_bundles_dir: "/none".into(),
+                    crio_containers_dir: "/none".into(),
                     cgroup2_mount: None,
                 },
             ))),

@@ -150,6 +150,12 @@ pub struct WatchArgs {
     /// Only this container (LXC name or CT id, container id or name).
     #[arg(long, value_name = "NAME-OR-ID")]
     pub container: Option<String>,
+    /// Only this Kubernetes namespace's pods.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only this Kubernetes pod.
+    #[arg(long, value_name = "NAMESPACE/POD", value_parser = crate::stream::filter::PodQuery::parse)]
+    pub pod: Option<crate::stream::filter::PodQuery>,
     /// Only this cgroup and the cgroups below it (relative to the cgroup2 mount).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
@@ -183,6 +189,8 @@ impl WatchArgs {
     pub fn filter(&self) -> crate::stream::filter::Filter {
         crate::stream::filter::Filter {
             container: self.container.clone(),
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
             cgroup: self
                 .cgroup
                 .as_ref()

@@ -1,5 +1,6 @@
-//! What `watch` shows, narrowed down by the user: a container, a cgroup
-//! subtree, a process, a command, a device.
+//! What `watch` shows, narrowed down by the user: a container, a
+//! Kubernetes namespace or pod, a cgroup subtree, a process, a command, a
+//! device.
 
 use std::path::PathBuf;
 
@@ -52,6 +53,28 @@ impl DeviceFilter {
     }
 }
 
+/// `--pod NAMESPACE/POD`: a pod as Kubernetes names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodQuery {
+    pub namespace: String,
+    pub pod: String,
+}
+
+impl PodQuery {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (namespace, pod) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} is not NAMESPACE/POD"))?;
+        if namespace.is_empty() || pod.is_empty() || pod.contains('/') {
+            return Err(format!("{text:?} is not NAMESPACE/POD"));
+        }
+        Ok(Self {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+        })
+    }
+}
+
 /// `--vendor`: none given shows every device; else only those vendors'.
 pub fn vendor_shown(vendors: &[Vendor], record: &Record) -> bool {
     vendors.is_empty() || record.vendor.is_some_and(|v| vendors.contains(&v))
@@ -60,6 +83,9 @@ pub fn vendor_shown(vendors: &[Vendor], record: &Record) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub container: Option<String>,
+    /// A Kubernetes namespace, or one pod of one.
+    pub namespace: Option<String>,
+    pub pod: Option<PodQuery>,
     /// A subtree, relative to the cgroup2 mount.
     pub cgroup: Option<PathBuf>,
     pub pid: Option<u32>,
@@ -81,6 +107,14 @@ impl Filter {
                 .container
                 .as_deref()
                 .is_none_or(|query| matches(&record.container, query))
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| record.container.namespace.as_deref() == Some(ns))
+            && self.pod.as_ref().is_none_or(|query| {
+                record.container.namespace.as_deref() == Some(&query.namespace)
+                    && record.container.pod.as_deref() == Some(&query.pod)
+            })
             && self.cgroup.as_deref().is_none_or(|root| {
                 record
                     .cgroup
@@ -95,6 +129,76 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_is_namespace_slash_name() {
+        assert_eq!(
+            PodQuery::parse("ml-team/train-0"),
+            Ok(PodQuery {
+                namespace: "ml-team".into(),
+                pod: "train-0".into()
+            })
+        );
+        for bad in ["train-0", "/train-0", "ml-team/", "a/b/c"] {
+            assert!(PodQuery::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn namespace_and_pod_filters_pass_that_pods_containers_only() {
+        use std::rc::Rc;
+
+        use crate::{
+            analysis::test_support::record,
+            model::{
+                access::Verdict,
+                container::{Container, Runtime},
+                rendered::Rendered,
+            },
+        };
+        let in_pod = |namespace: &str, pod: &str| {
+            let mut r = record(
+                "/kubepods",
+                "/dev/nvidia0",
+                195,
+                0,
+                Verdict::DeniedByBpfPolicy,
+                -1,
+            );
+            r.container = Rc::new(Rendered::new(Container {
+                runtime: Runtime::Containerd,
+                id: "0".repeat(64),
+                name: Some("trainer".into()),
+                pod_uid: None,
+                namespace: Some(namespace.into()),
+                pod: Some(pod.into()),
+                cgroup: "/kubepods".into(),
+            }));
+            r
+        };
+        let pod = Filter {
+            pod: Some(PodQuery::parse("ml/train-0").unwrap()),
+            ..Filter::default()
+        };
+        assert!(pod.accepts(&in_pod("ml", "train-0")));
+        assert!(!pod.accepts(&in_pod("ml", "train-1")));
+        assert!(!pod.accepts(&in_pod("other", "train-0")));
+        let namespace = Filter {
+            namespace: Some("ml".into()),
+            ..Filter::default()
+        };
+        assert!(namespace.accepts(&in_pod("ml", "train-1")));
+        assert!(!namespace.accepts(&in_pod("other", "train-0")));
+        let plain = record(
+            "/lxc/200",
+            "/dev/nvidia0",
+            195,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -1,
+        );
+        assert!(!namespace.accepts(&plain) && !pod.accepts(&plain));
+    }
 
     #[test]
     fn parses_device_filters() {

@@ -35,6 +35,8 @@ pub enum Cause {
     LsmDenied,
     /// The node came from a CDI spec that no longer matches the host.
     StaleCdiSpec,
+    /// ENXIO: no driver has the node's major; its module is not loaded.
+    DriverNotLoaded,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -54,6 +56,7 @@ impl Cause {
             Cause::NoCgroupsHook => "no-cgroups-hook",
             Cause::LsmDenied => "lsm-denied",
             Cause::StaleCdiSpec => "stale-cdi-spec",
+            Cause::DriverNotLoaded => "driver-not-loaded",
             Cause::DeviceDenied => "device-denied",
         }
     }

@@ -819,6 +819,14 @@ fn a_watched_major_whose_driver_is_gone_is_reported_when_its_open_fails_enxio() 
     assert_eq!(event["errno"], "ENXIO", "{event:#}");
     assert_eq!(event["verdict"], "allowed", "{event:#}");
     assert_eq!(event["path"], node.0.to_str().expect("utf-8"), "{event:#}");
+    // No driver has the major at all (a reload onto another is the lab's
+    // stale-major): the module is not loaded.
+    assert_eq!(event["cause"], "driver-not-loaded", "{event:#}");
+    assert_event_says(
+        event,
+        "explanation",
+        &format!("but no driver has major {major} in /proc/devices"),
+    );
     watcher.stop_cleanly();
 }
 

@@ -64,6 +64,12 @@ pub fn failed_before_check(cgroup: &str, path: &str, major: u32, minor: u32, err
     )
 }
 
+/// An open of `path` (c major:minor) that the device check allowed and
+/// that still failed with `errno` (a node no driver answers: ENXIO).
+pub fn allowed_failing(cgroup: &str, path: &str, major: u32, minor: u32, errno: i32) -> Record {
+    record(cgroup, path, major, minor, Verdict::Allowed, -errno)
+}
+
 pub fn diagnose(d: &mut Diagnoser, r: &Record) -> Option<Rc<Diagnosis>> {
     d.diagnose(r, &CharMajors::parse(PROC_DEVICES), 0, None, None)
 }

@@ -13,6 +13,7 @@ use crate::{
 mod ancestor_policy;
 mod device_allow_name_unresolved;
 mod device_denied;
+mod driver_not_loaded;
 mod dynamic_major_not_allowed;
 mod file_permissions;
 mod lsm_denied;
@@ -35,7 +36,7 @@ struct Rule {
 /// The priority. The four failures that are not a BPF policy's refusal
 /// come first (each fits one verdict only), then the BPF denials from the
 /// most specific story to the most general.
-const CAUSES: [Rule; 13] = [
+const CAUSES: [Rule; 14] = [
     rule(Cause::FilePermissions, file_permissions::find),
     rule(Cause::NodeMissing, node_missing::find),
     rule(Cause::V1DevicesList, v1_devices_list::find),
@@ -47,6 +48,7 @@ const CAUSES: [Rule; 13] = [
         device_allow_name_unresolved::find,
     ),
     rule(Cause::StaleMajor, stale_major::find),
+    rule(Cause::DriverNotLoaded, driver_not_loaded::find),
     rule(Cause::AncestorPolicy, ancestor_policy::find),
     rule(Cause::NoCgroupsHook, no_cgroups_hook::find),
     rule(Cause::StackedPrograms, stacked_programs::find),

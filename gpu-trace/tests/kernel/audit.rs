@@ -388,9 +388,9 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
             })
         })
         .collect();
-    thread::sleep(Duration::from_secs(5));
+    thread::sleep(Duration::from_secs(SECONDS / 2));
     let early = anon_rss_kib(watcher.child.id());
-    thread::sleep(Duration::from_secs(SECONDS - 5));
+    thread::sleep(Duration::from_secs(SECONDS / 2));
     let late = anon_rss_kib(watcher.child.id());
     stop.store(true, Ordering::Release);
     let produced: usize = producers
@@ -399,13 +399,15 @@ fn soak_sustained_denials_keep_memory_flat_and_count_every_event() {
         .sum();
     thread::sleep(Duration::from_millis(500));
     let stderr = watcher.stop_cleanly();
-    eprintln!("soak: {produced} denials in {SECONDS} s; watch's anonymous RSS {early} KiB after 5 s, {late} KiB at the end");
-    // Room for growth that happens once: in the emulated guests, whose slow
-    // drain lets bursts pile up, heap and buffers reach their size after the
-    // first 5 s (seen: up to 1.8 MiB). A leak per denial does not fit in it
-    // natively, where the soak makes four million and more.
+    eprintln!("soak: {produced} denials in {SECONDS} s; watch's anonymous RSS {early} KiB half-way, {late} KiB at the end");
+    // The second half against the first: a leak grows with the denials,
+    // growth that happens once does not. Room for the once: in the emulated
+    // guests the heap reaches its working size at a moment of their own
+    // (seen: one step of 5.2 MiB, 9 s in, then flat; the release build
+    // starts smaller than the debug one did). A leak per denial does not fit
+    // in it natively, where the second half alone makes two million.
     assert!(
-        late <= early + early / 4 + 4096,
+        late <= early + early / 4 + 8192,
         "resident memory grew: {early} KiB -> {late} KiB over {produced} denials"
     );
     let (summary, number) = summary_counts(&stderr);

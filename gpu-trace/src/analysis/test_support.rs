@@ -65,14 +65,7 @@ pub fn record(
         cgroup: Some(cgroup.into()),
         container: Rc::new(crate::model::rendered::Rendered::new(identify(
             cgroup,
-            &NameSources {
-                pve_lxc_dir: "/none".into(),
-                docker_containers_dir: "/none".into(),
-                podman_containers_file: "/none".into(),
-                containerd_k8s_bundles_dir: "/none".into(),
-                crio_containers_dir: "/none".into(),
-                cgroup2_mount: None,
-            },
+            &NameSources::nowhere(),
         ))),
         driver,
         device: node.map(NvidiaNode::name),

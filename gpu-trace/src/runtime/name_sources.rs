@@ -20,6 +20,22 @@ pub struct NameSources {
     pub cgroup2_mount: Option<PathBuf>,
 }
 
+impl NameSources {
+    /// No runtime's files and no owner checks: for accesses made up in
+    /// unit tests, identified by their paths alone.
+    #[cfg(test)]
+    pub fn nowhere() -> Self {
+        Self {
+            pve_lxc_dir: "/none".into(),
+            docker_containers_dir: "/none".into(),
+            podman_containers_file: "/none".into(),
+            containerd_k8s_bundles_dir: "/none".into(),
+            crio_containers_dir: "/none".into(),
+            cgroup2_mount: None,
+        }
+    }
+}
+
 impl Default for NameSources {
     fn default() -> Self {
         Self {

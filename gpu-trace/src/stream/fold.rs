@@ -399,17 +399,7 @@ mod tests {
             cgroup: None,
             // No owner checks (cgroup2_mount None): the default reads
             // mountinfo, once per record of these 60 000-record floods.
-            container: Rc::new(Rendered::new(identify(
-                "/",
-                &NameSources {
-                    pve_lxc_dir: "/none".into(),
-                    docker_containers_dir: "/none".into(),
-                    podman_containers_file: "/none".into(),
-                    containerd_k8s_bundles_dir: "/none".into(),
-                    crio_containers_dir: "/none".into(),
-                    cgroup2_mount: None,
-                },
-            ))),
+            container: Rc::new(Rendered::new(identify("/", &NameSources::nowhere()))),
             driver: None,
             device: None,
             node: None,

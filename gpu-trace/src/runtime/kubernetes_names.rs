@@ -6,15 +6,17 @@
 //! runtime's own directory, under the id the cgroup path gave (checked in
 //! its format before); and every name must have Kubernetes' own form (DNS
 //! labels and subdomains, a UUID), or none is taken. The bundle is a
-//! tenant's pod spec, environment and all: read at most BUNDLE_LIMIT
-//! bytes, once per container (identities are cached by cgroup).
+//! tenant's pod spec, environment and all, and it is read on the event
+//! thread (once per container: identities are cached by cgroup): a bundle
+//! over BUNDLE_LIMIT is not read at all, and its container keeps its id.
 
 use std::{collections::BTreeMap, fs, io::Read, os::unix::fs::MetadataExt, path::Path};
 
 use serde::Deserialize;
 
-/// Larger than any pod's config.json, smaller than a flood.
-const BUNDLE_LIMIT: u64 = 1 << 20;
+/// Ten times a typical pod's config.json (20-30 KB); parsed in about a
+/// millisecond.
+const BUNDLE_LIMIT: u64 = 256 << 10;
 
 /// Where a runtime's annotations keep a pod's names.
 pub struct AnnotationKeys {

@@ -275,16 +275,21 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
         image::image(true)?;
     }
     // Kernel tests: real cgroups, policies, device nodes, LXC and runc containers; one at a time.
-    if is_root() {
+    // Prometheus and Alertmanager carry an incident to an alert.
+    let (prometheus, alertmanager) = if is_root() {
         apt_install(&TEST_PACKAGES)?;
+        (promtool::prometheus()?, promtool::alertmanager()?)
     } else {
         eprintln!("xtask: not root: the kernel tests will say they skip (run as root to run them)");
-    }
+        (PathBuf::new(), PathBuf::new())
+    };
     run_checked(
         Command::new(cargo())
             .args(NATIVE_KERNEL_TESTS.split(' '))
             .args(["--", "--test-threads=1"])
             .env(promtool::ENV, &promtool)
+            .env(promtool::PROMETHEUS_ENV, &prometheus)
+            .env(promtool::ALERTMANAGER_ENV, &alertmanager)
             // In CI, a kernel test that skips is a failure.
             .env(
                 "GPU_TRACE_REQUIRE_KERNEL_TESTS",

@@ -61,8 +61,9 @@ step selftest gpu-trace selftest
 step selftest-observer gpu-trace selftest --hook observer
 export GPU_TRACE_BIN=/bin/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
 export GPU_TRACE_C_PROGRAMS=/bin
-# promtool's checks do not depend on the kernel: they run natively only.
-export GPU_TRACE_PROMTOOL=native-only
+# promtool's checks, and the alerts Prometheus and Alertmanager raise, do
+# not depend on the kernel: they run natively only.
+export GPU_TRACE_PROMTOOL=native-only GPU_TRACE_PROMETHEUS=native-only GPU_TRACE_ALERTMANAGER=native-only
 step kernel-tests kernel-tests --test-threads=1 --nocapture
 
 # Last, since lockdown cannot be lowered: the kernel in confidentiality

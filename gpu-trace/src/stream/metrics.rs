@@ -28,6 +28,8 @@ struct DeniedLabels {
     major: String,
     minor: String,
     access: String,
+    /// The cause's id (a fixed set), empty for a denial without one.
+    cause: &'static str,
 }
 
 /// One per cause of the catalogue: a fixed set, so no cap.
@@ -57,6 +59,7 @@ impl DeniedLabels {
             major: other(),
             minor: other(),
             access: other(),
+            cause: "other",
         }
     }
 }
@@ -158,6 +161,7 @@ impl Metrics {
                 major: a.major.to_string(),
                 minor: a.minor.to_string(),
                 access: a.access_letters(),
+                cause: record.diagnosis.as_ref().map_or("", |d| d.cause.id()),
             };
             if let Some(series) = self.denied.get(&labels) {
                 series.inc_by(count);

@@ -9,6 +9,7 @@
 //! says why on stderr; with GPU_TRACE_REQUIRE_KERNEL_TESTS=1 (set by
 //! `cargo xtask test` in CI) it fails instead.
 
+mod alerts;
 mod audit;
 mod bounds;
 mod bpf_log;

@@ -39,6 +39,22 @@ pub fn promtool(test: &str) -> Option<PathBuf> {
     found
 }
 
+/// The Prometheus or Alertmanager server `env` names (GPU_TRACE_PROMETHEUS,
+/// GPU_TRACE_ALERTMANAGER: `cargo xtask test` unpacks Debian's), or None
+/// with the reason printed: in the guests they are native-only, like
+/// promtool; elsewhere a missing one is a test that cannot run.
+pub fn server(env: &str, test: &str) -> Option<PathBuf> {
+    let given = std::env::var_os(env).filter(|p| !p.is_empty());
+    if given.as_deref() == Some(NATIVE_ONLY.as_ref()) {
+        eprintln!("note: {test}: Prometheus and Alertmanager run in the native test run, not in this guest");
+        return None;
+    }
+    if given.is_none() {
+        super::skip::cannot_run(test, &format!("{env} unset (`cargo xtask test` sets it)"));
+    }
+    given.map(PathBuf::from)
+}
+
 /// Runs promtool with `args`, `stdin` fed to it; the output, whatever the status.
 pub fn run(promtool: &PathBuf, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(promtool)

@@ -154,8 +154,8 @@ pub struct WatchArgs {
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
     /// Only this Kubernetes pod.
-    #[arg(long, value_name = "NAMESPACE/POD", value_parser = crate::stream::filter::PodQuery::parse)]
-    pub pod: Option<crate::stream::filter::PodQuery>,
+    #[arg(long, value_name = "NAMESPACE/POD", value_parser = crate::model::container::PodQuery::parse)]
+    pub pod: Option<crate::model::container::PodQuery>,
     /// Only this cgroup and the cgroups below it (relative to the cgroup2 mount).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
@@ -206,11 +206,14 @@ impl WatchArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Start CMD inside this cgroup (a path under the cgroup2 mount, or relative to it like /lxc/200).
-    #[arg(long, value_name = "PATH", conflicts_with = "container")]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["container", "pod"])]
     pub cgroup: Option<PathBuf>,
     /// Start CMD inside this container's cgroup: an LXC name or CT id, or a (short) container id.
     #[arg(long, value_name = "NAME-OR-ID")]
     pub container: Option<String>,
+    /// Start CMD inside this Kubernetes pod's container (its only one, or the one --container names).
+    #[arg(long, value_name = "NAMESPACE/POD", value_parser = crate::model::container::PodQuery::parse)]
+    pub pod: Option<crate::model::container::PodQuery>,
     /// Format of gpu-trace's own lines on stderr.
     #[arg(short, long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
@@ -226,14 +229,17 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The cgroup to check (a path under the cgroup2 mount, or relative to it).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container", "pod"])]
     pub cgroup: Option<PathBuf>,
     /// The cgroup (and mount namespace) of this process.
-    #[arg(long, value_name = "PID", conflicts_with = "container")]
+    #[arg(long, value_name = "PID", conflicts_with_all = ["container", "pod"])]
     pub pid: Option<u32>,
     /// A container: an LXC name or CT id, or a (short) container id.
     #[arg(long, value_name = "NAME-OR-ID")]
     pub container: Option<String>,
+    /// A Kubernetes pod's container (its only one, or the one --container names).
+    #[arg(long, value_name = "NAMESPACE/POD", value_parser = crate::model::container::PodQuery::parse)]
+    pub pod: Option<crate::model::container::PodQuery>,
     /// Judge only this vendor's node set (repeatable): nvidia (CUDA), amd (ROCm),
     /// intel (Level Zero), habana (Gaudi). By default: the vendors present.
     #[arg(long = "vendor", value_name = "NAME", value_parser = crate::model::vendor::Vendor::parse)]

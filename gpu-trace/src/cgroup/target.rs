@@ -13,6 +13,7 @@ use crate::{
         identity::{identify, matches},
         resolver::CgroupResolver,
     },
+    model::container::{Container, PodQuery},
     runtime::NameSources,
 };
 
@@ -34,30 +35,54 @@ pub fn cgroup_dir(mount: &Path, path: &Path) -> anyhow::Result<PathBuf> {
     Ok(full)
 }
 
-/// `--container NAME-OR-ID`: the cgroup where that container's processes
-/// live. Ambiguous or unknown names are errors that list what was found.
+/// `--container NAME-OR-ID` and/or `--pod NAMESPACE/POD`: the cgroup
+/// where that container's processes live. Ambiguous or unknown names are
+/// errors that list what was found.
 pub fn container_dir(
     mount: &Path,
     cgroups: &mut CgroupResolver,
-    query: &str,
+    query: Option<&str>,
+    pod: Option<&PodQuery>,
 ) -> anyhow::Result<PathBuf> {
     let names = NameSources::default();
-    let mut found: Vec<String> = cgroups
-        .all()
-        .iter()
-        .map(|p| identify(&p.to_string_lossy(), &names))
-        .filter(|c| matches(c, query))
+    let paths = cgroups.all();
+    let containers = paths.iter().map(|p| identify(&p.to_string_lossy(), &names));
+    let one = the_one(containers, query, pod, mount)?;
+    Ok(where_processes_live(
+        &mount.join(one.trim_start_matches('/')),
+    ))
+}
+
+/// The top cgroup of the one container that `query` (a name or id) and
+/// `pod` both name.
+fn the_one(
+    containers: impl Iterator<Item = Container>,
+    query: Option<&str>,
+    pod: Option<&PodQuery>,
+    mount: &Path,
+) -> anyhow::Result<String> {
+    let mut found: Vec<String> = containers
+        .filter(|c| query.is_none_or(|q| matches(c, q)) && pod.is_none_or(|p| p.holds(c)))
         .map(|c| c.cgroup)
         .collect();
     found.sort();
     found.dedup();
+    let asked = match (query, pod) {
+        (Some(q), Some(p)) => format!("{q:?} in pod {p}"),
+        (Some(q), None) => format!("{q:?}"),
+        (None, Some(p)) => format!("pod {p}"),
+        (None, None) => bail!("no container asked for"),
+    };
     match found.as_slice() {
         [] => bail!(
-            "no running container matches {query:?} (looked for LXC names and CT ids, container ids and names under {})",
+            "no running container matches {asked} (looked for LXC names and CT ids, container ids and names, and pods their runtime names, under {})",
             mount.display()
         ),
-        [one] => Ok(where_processes_live(&mount.join(one.trim_start_matches('/')))),
-        many => bail!("{query:?} matches several containers: {}; give more of the id", many.join(", ")),
+        [one] => Ok(one.clone()),
+        many => bail!(
+            "{asked} matches several containers: {}; give more of the id, or --container with the pod",
+            many.join(", ")
+        ),
     }
 }
 
@@ -115,8 +140,9 @@ pub fn check_target(
     cgroup: Option<&Path>,
     pid: Option<u32>,
     container: Option<&str>,
+    pod: Option<&PodQuery>,
 ) -> anyhow::Result<(PathBuf, Option<u32>)> {
-    Ok(match (cgroup, pid, container) {
+    Ok(match (cgroup, pid, container.is_some() || pod.is_some()) {
         (Some(path), _, _) => (cgroup_dir(mount, path)?, None),
         (None, Some(pid), _) => (
             mount.join(
@@ -126,12 +152,12 @@ pub fn check_target(
             ),
             Some(pid),
         ),
-        (None, None, Some(query)) => {
-            let dir = container_dir(mount, cgroups, query)?;
+        (None, None, true) => {
+            let dir = container_dir(mount, cgroups, container, pod)?;
             let pid = first_pid_in(&dir);
             (dir, pid)
         }
-        (None, None, None) => {
+        (None, None, false) => {
             let me = std::process::id();
             (
                 mount.join(
@@ -148,6 +174,52 @@ pub fn check_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_and_a_name_pick_one_container_or_say_why_not() {
+        let container = |pod: &str, name: &str, id: char| Container {
+            runtime: crate::model::container::Runtime::Containerd,
+            id: id.to_string().repeat(64),
+            name: Some(name.into()),
+            pod_uid: None,
+            namespace: Some("ml".into()),
+            pod: Some(pod.into()),
+            cgroup: format!("/kubepods/{id}"),
+        };
+        let all = || {
+            vec![
+                container("train-0", "trainer", 'a'),
+                container("train-0", "sidecar", 'b'),
+                container("train-1", "trainer", 'c'),
+            ]
+            .into_iter()
+        };
+        let mount = Path::new("/sys/fs/cgroup");
+        let pod = PodQuery::parse("ml/train-1").unwrap();
+        assert_eq!(
+            the_one(all(), None, Some(&pod), mount).unwrap(),
+            "/kubepods/c"
+        );
+        let two = PodQuery::parse("ml/train-0").unwrap();
+        let many = the_one(all(), None, Some(&two), mount)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            many.contains("pod ml/train-0 matches several containers: /kubepods/a, /kubepods/b"),
+            "{many}"
+        );
+        assert_eq!(
+            the_one(all(), Some("sidecar"), Some(&two), mount).unwrap(),
+            "/kubepods/b"
+        );
+        let none =
+            the_one(all(), None, Some(&PodQuery::parse("ml/x").unwrap()), mount).unwrap_err();
+        assert!(
+            none.to_string()
+                .starts_with("no running container matches pod ml/x"),
+            "{none}"
+        );
+    }
 
     #[test]
     fn reads_the_unified_line_of_proc_pid_cgroup() {

@@ -48,6 +48,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         args.cgroup.as_deref(),
         args.pid,
         args.container.as_deref(),
+        args.pod.as_ref(),
     )?;
     let relative = Path::new("/").join(dir.strip_prefix(mount).unwrap_or(&dir));
     let majors = CharMajors::read().context("reading /proc/devices")?;

@@ -112,10 +112,13 @@ fn target_cgroup(
     host: &Host,
     cgroups: &mut CgroupResolver,
 ) -> anyhow::Result<Option<PathBuf>> {
-    match (&args.cgroup, &args.container) {
-        (Some(path), _) => cgroup_dir(&host.cgroup2_mount, path).map(Some),
-        (None, Some(query)) => container_dir(&host.cgroup2_mount, cgroups, query).map(Some),
-        (None, None) => Ok(None),
+    let (container, pod) = (args.container.as_deref(), args.pod.as_ref());
+    match &args.cgroup {
+        Some(path) => cgroup_dir(&host.cgroup2_mount, path).map(Some),
+        None if container.is_some() || pod.is_some() => {
+            container_dir(&host.cgroup2_mount, cgroups, container, pod).map(Some)
+        }
+        None => Ok(None),
     }
 }
 

@@ -50,3 +50,40 @@ pub struct Container {
     /// The cgroup (relative to the cgroup2 mount) where the container starts.
     pub cgroup: String,
 }
+
+/// `--pod NAMESPACE/POD`: a pod as Kubernetes names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodQuery {
+    pub namespace: String,
+    pub pod: String,
+}
+
+impl PodQuery {
+    /// For clap: `NAMESPACE/POD`, both parts non-empty.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (namespace, pod) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} is not NAMESPACE/POD"))?;
+        if namespace.is_empty() || pod.is_empty() || pod.contains('/') {
+            return Err(format!("{text:?} is not NAMESPACE/POD"));
+        }
+        Ok(Self {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+        })
+    }
+}
+
+impl PodQuery {
+    /// Whether `container` is one of this pod's, as its runtime named it.
+    pub fn holds(&self, container: &Container) -> bool {
+        container.namespace.as_deref() == Some(&self.namespace)
+            && container.pod.as_deref() == Some(&self.pod)
+    }
+}
+
+impl std::fmt::Display for PodQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.pod)
+    }
+}

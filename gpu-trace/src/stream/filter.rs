@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::{
     cgroup::identity::matches,
-    model::{record::Record, vendor::Vendor},
+    model::{container::PodQuery, record::Record, vendor::Vendor},
 };
 
 /// `--device`: a node or driver name, a major, or MAJ:MIN.
@@ -53,28 +53,6 @@ impl DeviceFilter {
     }
 }
 
-/// `--pod NAMESPACE/POD`: a pod as Kubernetes names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodQuery {
-    pub namespace: String,
-    pub pod: String,
-}
-
-impl PodQuery {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (namespace, pod) = text
-            .split_once('/')
-            .ok_or_else(|| format!("{text:?} is not NAMESPACE/POD"))?;
-        if namespace.is_empty() || pod.is_empty() || pod.contains('/') {
-            return Err(format!("{text:?} is not NAMESPACE/POD"));
-        }
-        Ok(Self {
-            namespace: namespace.to_string(),
-            pod: pod.to_string(),
-        })
-    }
-}
-
 /// `--vendor`: none given shows every device; else only those vendors'.
 pub fn vendor_shown(vendors: &[Vendor], record: &Record) -> bool {
     vendors.is_empty() || record.vendor.is_some_and(|v| vendors.contains(&v))
@@ -111,10 +89,10 @@ impl Filter {
                 .namespace
                 .as_deref()
                 .is_none_or(|ns| record.container.namespace.as_deref() == Some(ns))
-            && self.pod.as_ref().is_none_or(|query| {
-                record.container.namespace.as_deref() == Some(&query.namespace)
-                    && record.container.pod.as_deref() == Some(&query.pod)
-            })
+            && self
+                .pod
+                .as_ref()
+                .is_none_or(|query| query.holds(&record.container))
             && self.cgroup.as_deref().is_none_or(|root| {
                 record
                     .cgroup

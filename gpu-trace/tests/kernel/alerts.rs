@@ -217,16 +217,9 @@ fn a_denial_pages_once_through_prometheus_and_alertmanager_and_a_flood_pages_los
     let metrics = free_local_addr();
     // Unfolded, and nothing written (--pid 1 shows no event): the flood
     // below must overflow the ring; metrics count every record all the same.
-    let watcher = incident.watch(&[
-        "--format",
-        "json",
-        "--fold",
-        "0",
-        "--pid",
-        "1",
-        "--metrics",
-        &metrics,
-    ]);
+    let mut args = crate::bpf_log::unfolded_and_hidden("off").to_vec();
+    args.extend(["--metrics", &metrics]);
+    let watcher = incident.watch(&args);
     let am_addr = free_local_addr();
     let _alertmanager = alertmanager(&alertmanager_bin, dir.path(), &am_addr, &receiver.url);
     let prom_addr = free_local_addr();

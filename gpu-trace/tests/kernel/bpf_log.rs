@@ -28,7 +28,7 @@ fn records_at<'a>(level: &str, stderr: &'a [String]) -> Option<Vec<&'a String>> 
 
 /// watch's arguments for a flood at `level`: every problem sent (no fold),
 /// none written (--pid 1 hides them once received).
-fn unfolded_and_hidden(level: &str) -> [&str; 8] {
+pub(crate) fn unfolded_and_hidden(level: &str) -> [&str; 8] {
     [
         "--format",
         "json",

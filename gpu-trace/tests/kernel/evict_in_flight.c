@@ -5,10 +5,16 @@
  * room by dropping the least recently used entry, the blocked call's).
  * Then the FIFO is opened for writing, which lets the blocked call
  * return. Prints the blocked thread's id and exits 0; 100 on bad
- * arguments, 1 on a failed call. Built with -static -pthread. */
+ * arguments, 1 on a failed call. Built with -static -pthread.
+ *
+ * Every thread runs on the CPU main started on: the kernel's LRU keeps a
+ * new entry in a list of the CPU that made it until that CPU needs room,
+ * so a blocked call's entry made on a CPU the flood never visits would
+ * outlive any number of newer ones. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -43,6 +49,14 @@ int main(int argc, char **argv)
         return 100;
     fifo = argv[1];
     long threads = atol(argv[2]);
+    int cpu = sched_getcpu();
+    if (cpu < 0)
+        return 1;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0)
+        return 1;
     pthread_attr_t small;
     pthread_attr_init(&small);
     pthread_attr_setstacksize(&small, 64 * 1024);

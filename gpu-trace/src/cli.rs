@@ -168,9 +168,26 @@ pub struct WatchArgs {
     /// Only this device: a node or driver name (nvidia-uvm), a major, or MAJ:MIN.
     #[arg(long, value_name = "DEVICE", value_parser = crate::stream::filter::DeviceFilter::parse)]
     pub device: Option<crate::stream::filter::DeviceFilter>,
+    /// The kubelet's PodResources socket: a GPU denied to a pod that was not
+    /// allocated it is named `not-allocated` (a probe), not an incident.
+    /// Read when given, or at its default place when that exists; `none`: never.
+    #[arg(long, value_name = "SOCKET")]
+    pub pod_resources: Option<PathBuf>,
 }
 
 impl WatchArgs {
+    /// The PodResources socket to read, if any.
+    pub fn pod_resources_socket(&self) -> Option<PathBuf> {
+        match &self.pod_resources {
+            Some(none) if none.as_os_str() == "none" => None,
+            Some(socket) => Some(socket.clone()),
+            None => {
+                let default = PathBuf::from(crate::host::pod_resources::DEFAULT_SOCKET);
+                default.exists().then_some(default)
+            }
+        }
+    }
+
     pub fn budget(&self) -> crate::stream::fold::Budget {
         crate::stream::fold::Budget {
             per_cgroup: self.budget_per_cgroup,

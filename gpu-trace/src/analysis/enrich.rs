@@ -256,6 +256,7 @@ impl Enricher {
             node,
             gpu,
             mig,
+            allocation: None,
             denied_by: None,
             diagnosis: None,
             kind: RecordKind::Event,

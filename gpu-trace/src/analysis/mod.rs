@@ -7,6 +7,7 @@ pub mod attribute;
 pub mod cdi_check;
 pub mod diagnose;
 pub mod enrich;
+pub mod gpu_allocation;
 pub mod log_summary;
 pub mod pipeline;
 pub mod policy_age;

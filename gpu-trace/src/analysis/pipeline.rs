@@ -1,14 +1,16 @@
 //! The one direction data flows in userspace: typed access -> record with
 //! names and container -> the policy that denied it -> diagnosis. Shared by `watch` and `run`.
 
+use std::{path::PathBuf, rc::Rc};
+
 use crate::{
     analysis::{
-        attribute::Attributor, diagnose::Diagnoser, enrich::Enricher, policy_writer::WriterFinder,
-        unit_rules::UnitRules,
+        attribute::Attributor, diagnose::Diagnoser, enrich::Enricher,
+        gpu_allocation::GpuAllocations, policy_writer::WriterFinder, unit_rules::UnitRules,
     },
     cgroup::resolver::CgroupResolver,
     host::proc_devices::CharMajors,
-    model::{access::DeviceAccess, denied_by::DeniedBy, record::Record},
+    model::{access::DeviceAccess, denied_by::DeniedBy, record::Record, rendered::Rendered},
 };
 
 pub struct Pipeline {
@@ -17,6 +19,8 @@ pub struct Pipeline {
     diagnoser: Diagnoser,
     writers: WriterFinder,
     unit_rules: UnitRules,
+    /// The kubelet's allocations, when watch reads them.
+    allocations: Option<GpuAllocations>,
 }
 
 impl Pipeline {
@@ -27,7 +31,14 @@ impl Pipeline {
             diagnoser: Diagnoser::live(),
             writers: WriterFinder::default(),
             unit_rules: UnitRules::default(),
+            allocations: None,
         }
+    }
+
+    /// Tells GPUs denied to pods apart as allocated or probed, from the
+    /// kubelet's PodResources API at `socket`.
+    pub fn read_pod_resources(&mut self, socket: PathBuf) {
+        self.allocations = Some(GpuAllocations::start(socket));
     }
 
     /// From the event loop's tick: cgroup walks land here, and what was
@@ -48,6 +59,16 @@ impl Pipeline {
     pub fn process(&mut self, access: DeviceAccess) -> Record {
         let mut record = self.enricher.enrich(access);
         self.attributor.attribute(&mut record);
+        // A whole GPU only: a MIG device's UUID does not say its GPU's.
+        if let (Some(allocations), Some(gpu), None) =
+            (&mut self.allocations, record.gpu.as_deref(), &record.mig)
+        {
+            if record.access.verdict.is_denied() {
+                record.allocation = allocations
+                    .of(&record.container, gpu)
+                    .map(|a| Rc::new(Rendered::new(a)));
+            }
+        }
         if let Some(culprit) = record.denied_by.take() {
             record.denied_by = Some(self.writers.with_writer(culprit, &record.container));
         }

@@ -72,6 +72,7 @@ pub fn record(
         node,
         gpu: None,
         mig: None,
+        allocation: None,
         vendor: None,
         role: None,
         denied_by: None,

@@ -42,6 +42,9 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         CgroupResolver::new(&host.cgroup2_mount),
         majors,
     )?;
+    if let Some(socket) = args.pod_resources_socket() {
+        session.pipeline.read_pod_resources(socket);
+    }
 
     let runtime = event_loop_runtime()?;
     let metrics = args

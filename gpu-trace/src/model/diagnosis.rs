@@ -37,6 +37,8 @@ pub enum Cause {
     StaleCdiSpec,
     /// ENXIO: no driver has the node's major; its module is not loaded.
     DriverNotLoaded,
+    /// A pod's container was denied a GPU the kubelet did not allocate to it: a probe.
+    NotAllocated,
     /// Denied by a device policy, for a device with no more specific story.
     DeviceDenied,
 }
@@ -57,6 +59,7 @@ impl Cause {
             Cause::LsmDenied => "lsm-denied",
             Cause::StaleCdiSpec => "stale-cdi-spec",
             Cause::DriverNotLoaded => "driver-not-loaded",
+            Cause::NotAllocated => "not-allocated",
             Cause::DeviceDenied => "device-denied",
         }
     }

@@ -2,6 +2,7 @@
 //! record to the diagnosis. No I/O here; every other layer reads these.
 
 pub mod access;
+pub mod allocation;
 pub mod cgroup_note;
 pub mod container;
 pub mod denied_by;

@@ -5,6 +5,7 @@ use std::{path::PathBuf, rc::Rc, time::SystemTime};
 
 use crate::model::{
     access::DeviceAccess,
+    allocation::GpuAllocation,
     container::Container,
     denied_by::DeniedBy,
     diagnosis::Diagnosis,
@@ -37,6 +38,9 @@ pub struct Record {
     pub gpu: Option<Rc<Rendered<GpuIdentity>>>,
     /// What a MIG capability node stands for (/proc/driver/nvidia-caps).
     pub mig: Option<Rc<Rendered<MigCapability>>>,
+    /// For a GPU denied to a Kubernetes container: whether the kubelet
+    /// allocated it to the container (its PodResources API).
+    pub allocation: Option<Rc<Rendered<GpuAllocation>>>,
     /// Whose accelerator and what the node is for, when known.
     pub vendor: Option<Vendor>,
     pub role: Option<Role>,

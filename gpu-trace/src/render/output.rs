@@ -93,14 +93,22 @@ pub fn write_human(
 
 /// The event on one line after its time and verdict, before terminal escaping.
 /// " [GPU-… 0000:18:00.0]", " [MIG gpu 3 gi 1 ci 0 of GPU-…]": which GPU
-/// a node is, as the driver names it (its text checked when read).
+/// a node is, as the driver names it (its text checked when read), and
+/// for a pod's denial whether the kubelet allocated it to the container.
 fn which_gpu(record: &Record) -> String {
     let gpu = record
         .gpu
         .as_deref()
         .map(|g| format!("{} {}", g.uuid, g.pci_bus_id));
     let Some(mig) = record.mig.as_deref() else {
-        return gpu.map(|g| format!(" [{g}]")).unwrap_or_default();
+        let allocation = match record.allocation.as_deref() {
+            Some(a) if a.allocated => ", allocated to the container",
+            Some(_) => ", not allocated to the container",
+            None => "",
+        };
+        return gpu
+            .map(|g| format!(" [{g}{allocation}]"))
+            .unwrap_or_default();
     };
     let mut text = format!(" [MIG {}", mig.capability);
     for (name, number) in [("gpu", mig.gpu), ("gi", mig.gi), ("ci", mig.ci)] {
@@ -286,6 +294,9 @@ fn write_json(out: &mut Vec<u8>, record: &Record) {
     if let Some(mig) = record.mig.as_deref() {
         o.raw("mig", mig.json());
     }
+    if let Some(allocation) = record.allocation.as_deref() {
+        o.raw("allocation", allocation.json());
+    }
     o.opt_str("type", seen.then_some(a.type_letter()));
     o.opt_num("major", seen.then_some(a.major));
     o.opt_num("minor", seen.then_some(a.minor));
@@ -373,6 +384,7 @@ mod tests {
             node: Some(crate::model::node::NvidiaNode::Uvm),
             gpu: None,
             mig: None,
+            allocation: None,
             vendor: None,
             role: None,
             denied_by: None,

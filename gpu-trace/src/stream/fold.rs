@@ -405,6 +405,7 @@ mod tests {
             node: None,
             gpu: None,
             mig: None,
+            allocation: None,
             vendor: None,
             role: None,
             denied_by: None,

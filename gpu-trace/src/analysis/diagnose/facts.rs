@@ -8,8 +8,8 @@ use crate::{
     cgroup::first_process::FirstProcess,
     host::proc_devices::CharMajors,
     model::{
-        access::Verdict, container::Container, denied_by::DeniedBy, node::NvidiaNode,
-        record::Record, rendered::Rendered,
+        access::Verdict, allocation::GpuAllocation, container::Container, denied_by::DeniedBy,
+        node::NvidiaNode, record::Record, rendered::Rendered,
     },
 };
 
@@ -42,6 +42,8 @@ pub(super) struct Facts {
     pub started: Option<FirstProcess>,
     /// The culprit unit's DeviceAllow= list, by content.
     pub device_allow: Option<Rc<[String]>>,
+    /// For a pod's denied GPU: whether the kubelet allocated it.
+    pub allocation: Option<ByValue<Rendered<GpuAllocation>>>,
 }
 
 impl Facts {
@@ -77,6 +79,7 @@ impl Facts {
             culprit: record.denied_by.clone().map(Same),
             started,
             device_allow: device_allow.cloned(),
+            allocation: record.allocation.clone().map(ByValue),
         }
     }
 

@@ -19,6 +19,7 @@ mod file_permissions;
 mod lsm_denied;
 mod no_cgroups_hook;
 mod node_missing;
+mod not_allocated;
 mod prelude;
 mod rules_rewritten;
 mod stacked_programs;
@@ -34,11 +35,13 @@ struct Rule {
 }
 
 /// The priority. The four failures that are not a BPF policy's refusal
-/// come first (each fits one verdict only), then the BPF denials from the
-/// most specific story to the most general.
-const CAUSES: [Rule; 14] = [
+/// come first (each fits one verdict only; a GPU the pod was not given
+/// before the v1 list that refused it, as its denial is expected), then
+/// the BPF denials from the most specific story to the most general.
+const CAUSES: [Rule; 15] = [
     rule(Cause::FilePermissions, file_permissions::find),
     rule(Cause::NodeMissing, node_missing::find),
+    rule(Cause::NotAllocated, not_allocated::find),
     rule(Cause::V1DevicesList, v1_devices_list::find),
     rule(Cause::LsmDenied, lsm_denied::find),
     rule(Cause::RulesRewritten, rules_rewritten::find),

@@ -192,7 +192,13 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
         .iter()
         .filter_map(|m| m["mountPath"].as_str())
         .collect();
-    for needed in ["/sys/fs/cgroup", "/sys/fs/bpf", "/dev"] {
+    for needed in [
+        "/sys/fs/cgroup",
+        "/sys/fs/bpf",
+        "/dev",
+        "/run/containerd/io.containerd.runtime.v2.task",
+        "/var/lib/kubelet/pod-resources",
+    ] {
         assert!(mounts.contains(&needed), "{needed} mounted: {mounts:?}");
     }
     let volumes = pod["spec"]["volumes"].as_vec().expect("volumes");

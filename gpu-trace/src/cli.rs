@@ -168,17 +168,24 @@ pub struct WatchArgs {
     /// Only this device: a node or driver name (nvidia-uvm), a major, or MAJ:MIN.
     #[arg(long, value_name = "DEVICE", value_parser = crate::stream::filter::DeviceFilter::parse)]
     pub device: Option<crate::stream::filter::DeviceFilter>,
-    /// The kubelet's PodResources socket: a GPU denied to a pod that was not
-    /// allocated it is named `not-allocated` (a probe), not an incident.
-    /// Read when given, or at its default place when that exists; `none`: never.
-    #[arg(long, value_name = "SOCKET")]
-    pub pod_resources: Option<PathBuf>,
+    #[command(flatten)]
+    pub pod_resources: PodResourcesArg,
 }
 
-impl WatchArgs {
-    /// The PodResources socket to read, if any.
-    pub fn pod_resources_socket(&self) -> Option<PathBuf> {
-        match &self.pod_resources {
+/// Where the kubelet says which GPUs each container was allocated.
+#[derive(Debug, Args, Clone, Default)]
+pub struct PodResourcesArg {
+    /// The kubelet's PodResources socket: a GPU denied to a pod that was not
+    /// allocated it is a probe (cause not-allocated), not an incident. Read
+    /// when given, or at its default place when that exists; `none`: never.
+    #[arg(long = "pod-resources", value_name = "SOCKET")]
+    pub socket: Option<PathBuf>,
+}
+
+impl PodResourcesArg {
+    /// The socket to read, if any.
+    pub fn socket(&self) -> Option<PathBuf> {
+        match &self.socket {
             Some(none) if none.as_os_str() == "none" => None,
             Some(socket) => Some(socket.clone()),
             None => {
@@ -187,7 +194,9 @@ impl WatchArgs {
             }
         }
     }
+}
 
+impl WatchArgs {
     pub fn budget(&self) -> crate::stream::fold::Budget {
         crate::stream::fold::Budget {
             per_cgroup: self.budget_per_cgroup,
@@ -264,6 +273,8 @@ pub struct CheckArgs {
     /// Read CDI specs from DIR (repeatable) instead of /etc/cdi and /var/run/cdi.
     #[arg(long = "cdi-dir", value_name = "DIR")]
     pub cdi_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub pod_resources: PodResourcesArg,
     #[arg(short, long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
 }

@@ -13,8 +13,14 @@ use gpu_trace_policy::{Answer, DeviceQuery, DevicesList, V1Answer, ACCESS_LETTER
 use serde::Serialize;
 
 use crate::{
-    host::in_root::char_devices_in, host::proc_devices::CharMajors,
-    kernel::programs_in_force::CgroupPolicy, model::node::NvidiaNode, text::shell_word::prose,
+    analysis::gpu_allocation::allocation_of,
+    host::{
+        in_root::char_devices_in, nvidia_gpus::NvidiaGpus, pod_resources::ContainerAllocation,
+        proc_devices::CharMajors,
+    },
+    kernel::programs_in_force::CgroupPolicy,
+    model::node::NvidiaNode,
+    text::shell_word::prose,
 };
 
 /// Nodes that should exist on a host with the driver and nvidia_uvm loaded.
@@ -50,6 +56,12 @@ pub struct NodeRow {
     pub decided_by: String,
     /// Set when the major is not the driver's today.
     pub stale: Option<String>,
+    /// For a GPU node of a Kubernetes container: the GPU's UUID, and
+    /// whether the kubelet allocated it to the container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<bool>,
 }
 
 pub fn same_root(root: &Path) -> bool {
@@ -165,6 +177,23 @@ pub fn row(
         verdict: decision.name(),
         decided_by,
         stale,
+        gpu: None,
+        allocated: None,
+    }
+}
+
+/// Marks each whole GPU's node with its UUID and whether `container` was
+/// allocated it (as the kubelet lists the container's devices).
+pub fn mark_allocations(views: &mut [View], gpus: &NvidiaGpus, container: &ContainerAllocation) {
+    for row in views.iter_mut().flat_map(|v| v.nodes.iter_mut()) {
+        let NvidiaNode::Gpu(minor) = row.node else {
+            continue;
+        };
+        let Some(gpu) = gpus.gpu(minor) else {
+            continue;
+        };
+        row.gpu = Some(gpu.uuid.clone());
+        row.allocated = allocation_of(container, gpu).map(|a| a.allocated);
     }
 }
 
@@ -266,7 +295,8 @@ pub fn problems(views: &[View], nvidia_uvm_loaded: bool) -> Vec<String> {
             if let Some(stale) = &row.stale {
                 problems.push(format!("{}: {}", row.path.display(), stale));
             }
-            if row.verdict != "allowed" && is_needed(row.node) {
+            // A GPU the container was not given is denied as it should be.
+            if row.verdict != "allowed" && is_needed(row.node) && row.allocated != Some(false) {
                 problems.push(format!(
                     "{}: {} ({})",
                     row.path.display(),
@@ -363,6 +393,8 @@ mod tests {
             verdict: "allowed",
             decided_by: String::new(),
             stale: None,
+            gpu: None,
+            allocated: None,
         };
         let view = View {
             name: "host",
@@ -376,6 +408,64 @@ mod tests {
             warnings[0].contains("/195:255 is missing (for /dev/nvidiactl)"),
             "{}",
             warnings[0]
+        );
+    }
+
+    #[test]
+    fn a_denied_gpu_the_container_was_not_given_is_no_problem_an_allocated_one_is() {
+        let proc_driver = tempfile::tempdir().expect("temp dir");
+        for (minor, uuid) in [(0, "GPU-aaaa"), (1, "GPU-bbbb")] {
+            let dir = proc_driver
+                .path()
+                .join(format!("nvidia/gpus/0000:1{minor}:00.0"));
+            fs::create_dir_all(&dir).expect("gpu dir");
+            fs::write(
+                dir.join("information"),
+                format!("Model: \t\t A100\nGPU UUID: \t\t {uuid}\nBus Location: \t\t 0000:1{minor}:00.0\nDevice Minor: \t\t {minor}\n"),
+            )
+            .expect("information");
+        }
+        let gpus = NvidiaGpus::read_from(proc_driver.path());
+        let denied = |minor: u32| NodeRow {
+            node: NvidiaNode::Gpu(minor),
+            path: format!("/dev/nvidia{minor}").into(),
+            kind: "gpu".into(),
+            major: 195,
+            minor,
+            access: "--m".into(),
+            verdict: "denied",
+            decided_by: "prog 920".into(),
+            stale: None,
+            gpu: None,
+            allocated: None,
+        };
+        let mut views = vec![View {
+            name: "target",
+            dev_dir: "/dev".into(),
+            nodes: vec![denied(0), denied(1)],
+            missing: Vec::new(),
+        }];
+        let given = ContainerAllocation {
+            devices: vec![crate::host::pod_resources::AllocatedDevice {
+                resource: "nvidia.com/gpu".into(),
+                id: "GPU-aaaa".into(),
+            }],
+            has_claims: false,
+        };
+        mark_allocations(&mut views, &gpus, &given);
+        let rows = &views[0].nodes;
+        assert_eq!(
+            (rows[0].gpu.as_deref(), rows[0].allocated),
+            (Some("GPU-aaaa"), Some(true))
+        );
+        assert_eq!(
+            (rows[1].gpu.as_deref(), rows[1].allocated),
+            (Some("GPU-bbbb"), Some(false))
+        );
+        assert_eq!(
+            problems(&views, true),
+            ["/dev/nvidia0: denied (prog 920)"],
+            "the allocated GPU only"
         );
     }
 }

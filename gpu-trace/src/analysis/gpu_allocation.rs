@@ -89,7 +89,7 @@ impl GpuAllocations {
             }
             None => None,
         };
-        decide(&found?, gpu)
+        allocation_of(&found?, gpu)
     }
 
     fn lookup(&self, key: &ContainerKey) -> Option<ContainerAllocation> {
@@ -168,7 +168,7 @@ fn read_lists(socket: &std::path::Path, shared: &Shared, asked: &mpsc::Receiver<
 /// The answer for one GPU from the container's listed devices: only
 /// NVIDIA's resources named by GPU UUID decide it (time-slicing's replicas
 /// are `UUID::N`); MIG devices, index ids and DRA claims leave it open.
-fn decide(allocation: &ContainerAllocation, gpu: &GpuIdentity) -> Option<GpuAllocation> {
+pub fn allocation_of(allocation: &ContainerAllocation, gpu: &GpuIdentity) -> Option<GpuAllocation> {
     if allocation.has_claims {
         return None;
     }
@@ -225,28 +225,28 @@ mod tests {
             ("nvidia.com/gpu.shared", "GPU-a::1"),
             ("example.com/nic", "eth1"),
         ]);
-        let a = decide(&listed, &gpu("GPU-a")).expect("decided");
+        let a = allocation_of(&listed, &gpu("GPU-a")).expect("decided");
         assert!(a.allocated);
         assert_eq!(a.container_gpus, ["GPU-a"]);
-        let b = decide(&listed, &gpu("GPU-b")).expect("decided");
+        let b = allocation_of(&listed, &gpu("GPU-b")).expect("decided");
         assert!(!b.allocated);
         // A pod given no GPU at all probed every one it opened.
-        let none = decide(&given(&[]), &gpu("GPU-b")).expect("decided");
+        let none = allocation_of(&given(&[]), &gpu("GPU-b")).expect("decided");
         assert!(!none.allocated && none.container_gpus.is_empty());
     }
 
     #[test]
     fn mig_devices_index_ids_and_claims_leave_it_open() {
         assert_eq!(
-            decide(&given(&[("nvidia.com/mig-1g.5gb", "MIG-x")]), &gpu("GPU-a")),
+            allocation_of(&given(&[("nvidia.com/mig-1g.5gb", "MIG-x")]), &gpu("GPU-a")),
             None
         );
         assert_eq!(
-            decide(&given(&[("nvidia.com/gpu", "0")]), &gpu("GPU-a")),
+            allocation_of(&given(&[("nvidia.com/gpu", "0")]), &gpu("GPU-a")),
             None
         );
         let mut claims = given(&[("nvidia.com/gpu", "GPU-a")]);
         claims.has_claims = true;
-        assert_eq!(decide(&claims, &gpu("GPU-a")), None);
+        assert_eq!(allocation_of(&claims, &gpu("GPU-a")), None);
     }
 }

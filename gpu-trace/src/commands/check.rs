@@ -11,7 +11,9 @@ use anyhow::Context;
 
 use crate::{
     analysis::{
-        access_check::{cuda_usable, missing_char_links, problems, same_root, view, View},
+        access_check::{
+            cuda_usable, mark_allocations, missing_char_links, problems, same_root, view, View,
+        },
         cdi_check::stale_entries,
         policy_age::written_after_start,
         policy_writer::writer_of_program,
@@ -24,6 +26,8 @@ use crate::{
     cli::CheckArgs,
     host::{
         cdi_specs::{read_spec_nodes, DEFAULT_CDI_DIRS},
+        nvidia_gpus::NvidiaGpus,
+        pod_resources::{self, ContainerAllocation, ContainerKey},
         preflight::check_host,
         proc_devices::{nvidia_uvm_loaded, CharMajors},
     },
@@ -65,10 +69,22 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     let target_root = pid
         .map(|p| PathBuf::from(format!("/proc/{p}/root")))
         .filter(|r| !same_root(r));
-    let views: Vec<View> = std::iter::once(("host", Path::new("/")))
+    let mut views: Vec<View> = std::iter::once(("host", Path::new("/")))
         .chain(target_root.as_deref().map(|root| ("target", root)))
         .map(|(name, root)| view(name, root, &policy, v1.as_ref(), &majors))
         .collect();
+    let mut allocation_warning = None;
+    if let Some(socket) = args.pod_resources.socket() {
+        match allocation_of_container(&socket, &container) {
+            Ok(Some(allocation)) => mark_allocations(&mut views, &NvidiaGpus::read(), &allocation),
+            Ok(None) => {}
+            Err(e) => {
+                allocation_warning = Some(format!(
+                "the kubelet's PodResources API: {e:#}; GPUs are not told apart as allocated or not"
+            ))
+            }
+        }
+    }
     let target_view = views.last().expect("the host view is always there");
     let nvidia_uvm_loaded = nvidia_uvm_loaded();
     let vendors = vendor_sets(
@@ -89,7 +105,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     };
     problems.extend(vendor_problems(&vendors));
     let cdi = cdi_report(&args.cdi_dirs, &majors);
-    let warnings = warnings(&views[0], &cdi);
+    let mut warnings = warnings(&views[0], &cdi);
+    warnings.extend(allocation_warning);
     let usable =
         (!judge_nvidia || cuda_usable(target_view)) && vendors.iter().all(|set| set.usable);
     let report = CheckReport {
@@ -117,6 +134,29 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
     } else {
         exit_status::FAILURE
     })
+}
+
+/// What the kubelet lists for a Kubernetes container; None for another
+/// container, or one the kubelet does not list.
+fn allocation_of_container(
+    socket: &Path,
+    container: &Container,
+) -> anyhow::Result<Option<ContainerAllocation>> {
+    let (Some(namespace), Some(pod), Some(name)) =
+        (&container.namespace, &container.pod, &container.name)
+    else {
+        return Ok(None);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let allocations = runtime.block_on(pod_resources::list(socket))?;
+    let key = ContainerKey {
+        namespace: namespace.clone(),
+        pod: pod.clone(),
+        container: name.clone(),
+    };
+    Ok(allocations.by_container.get(&key).cloned())
 }
 
 /// NVIDIA's set is judged when asked for, or when present, or when no

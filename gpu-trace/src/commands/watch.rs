@@ -42,7 +42,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         CgroupResolver::new(&host.cgroup2_mount),
         majors,
     )?;
-    if let Some(socket) = args.pod_resources_socket() {
+    if let Some(socket) = args.pod_resources.socket() {
         session.pipeline.read_pod_resources(socket);
     }
 

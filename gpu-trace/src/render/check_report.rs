@@ -130,7 +130,16 @@ fn write_views<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io
             } = row;
             let path = row.path.display().to_string();
             let device = format!("c {major:>3}:{minor:<4}");
-            format!("{path:<32} {kind:<18} {device} {access:<4} {verdict:<8} {decided_by}")
+            let allocated = match (&row.gpu, row.allocated) {
+                (Some(gpu), Some(true)) => format!(" [{gpu}, allocated to the container]"),
+                (Some(gpu), Some(false)) => {
+                    format!(" [{gpu}, not allocated to the container: its denial is expected]")
+                }
+                _ => String::new(),
+            };
+            format!(
+                "{path:<32} {kind:<18} {device} {access:<4} {verdict:<8} {decided_by}{allocated}"
+            )
         });
         write_node_list(out, &heading, "(no NVIDIA nodes)", rows.collect())?;
     }

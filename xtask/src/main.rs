@@ -31,7 +31,16 @@ const APT_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev-bpf", "llvm-2
 /// gcc-multilib: the 32-bit process of the kernel tests (open32.c).
 /// docker.io: a private dockerd, whose containers this hybrid host confines
 /// with cgroup v1 devices.list rules.
-const TEST_PACKAGES: [&str; 5] = ["lxc", "runc", "busybox-static", "gcc-multilib", "docker.io"];
+/// containerd: a private one driven through its CRI as the kubelet drives it
+/// (a dependency of docker.io too, named for what it is used for).
+const TEST_PACKAGES: [&str; 6] = [
+    "lxc",
+    "runc",
+    "busybox-static",
+    "gcc-multilib",
+    "docker.io",
+    "containerd",
+];
 
 /// `cargo ARGS` that builds and runs the kernel tests (gpu-trace/tests/kernel).
 /// The kernel tests that run on this machine: the kernel's own, and the

@@ -8,9 +8,14 @@
 #[allow(dead_code)]
 #[path = "../support/common.rs"]
 mod common;
+#[path = "../support/cri.rs"]
+mod cri;
 mod docker;
+mod kubernetes;
 mod lxc;
 mod lxc_policy;
+#[path = "../support/pod_resources_server.rs"]
+mod pod_resources_server;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;
 mod runc;

@@ -755,3 +755,20 @@ pub fn kernel_test_with_programs(
         .collect::<Option<Vec<_>>>()?;
     Some((host, programs))
 }
+
+/// /proc/driver as NVIDIA's driver writes it, for GPU_TRACE_PROC_DRIVER:
+/// one `information` file per GPU, by (minor, UUID), each on its own bus.
+pub fn proc_driver_with_gpus(gpus: &[(u32, &str)]) -> tempfile::TempDir {
+    let root = temp_dir_named("gpu-trace-proc-driver-");
+    for (minor, uuid) in gpus {
+        let bus = format!("0000:{:02x}:00.0", 0x18 + minor);
+        let dir = root.path().join("nvidia/gpus").join(&bus);
+        fs::create_dir_all(&dir).expect("gpu dir");
+        fs::write(
+            dir.join("information"),
+            format!("Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 42\nGPU UUID: \t\t {uuid}\nVideo BIOS: \t\t 92.00.45.00.03\nBus Type: \t\t PCIe\nDMA Size: \t\t 47 bits\nDMA Mask: \t\t 0x7fffffffffff\nBus Location: \t\t {bus}\nDevice Minor: \t\t {minor}\nGPU Excluded:\t\t No\n"),
+        )
+        .expect("information");
+    }
+    root
+}

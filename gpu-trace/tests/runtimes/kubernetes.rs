@@ -267,6 +267,21 @@ fn a_pods_probe_of_a_gpu_it_was_not_given_is_told_from_an_allocated_gpu_denied()
     assert_eq!(incident["gpu"]["uuid"], GPUS[2].1, "{incident:#}");
     assert_eq!(incident["allocation"]["allocated"], true, "{incident:#}");
     assert_eq!(incident["cause"], "v1-devices-list", "{incident:#}");
+    // The pod's rules are the kubelet's: no hand edit of devices.allow.
+    assert_event_starts(
+        &incident,
+        "hint",
+        "request GPUs through the NVIDIA device plugin",
+    );
+    assert!(
+        !event_text(&incident, "hint").contains("devices.allow"),
+        "{incident:#}"
+    );
+    assert_event_starts(
+        &probe,
+        "hint",
+        "nothing, if the workload needs only the GPUs it was given",
+    );
     assert!(kubelet.calls() >= 1);
 
     drop(pod);

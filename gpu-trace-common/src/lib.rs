@@ -111,6 +111,9 @@ pub mod global {
     /// offsets (`V1DevicesChain`), from the kernel's BTF; all 0 where no v1
     /// devices hierarchy is mounted.
     pub const V1_DEVICES_CHAIN: &str = "V1_DEVICES_CHAIN";
+    /// The offsets to the device programs in force (`PolicyProgramsChain`),
+    /// from the kernel's BTF; all 0 where it lacks one.
+    pub const POLICY_PROGRAMS_CHAIN: &str = "POLICY_PROGRAMS_CHAIN";
     /// The fold window in ns: repeats of a problem within it are counted in
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
@@ -254,6 +257,12 @@ pub struct DeviceAccessEvent {
     /// at the sighting; 0 where no v1 devices hierarchy is mounted or its
     /// chain of offsets could not be found in the kernel's BTF.
     pub v1_devices_cgroup: u64,
+    /// The ids of the cgroup_device programs in force on the task's cgroup2
+    /// cgroup at a denial's sighting, in the kernel's order, 0 after the
+    /// last (and where one was being detached); all 0 when not read (an
+    /// allowed access, or no chain in the kernel's BTF). What attribution
+    /// evaluates when the cgroup is gone by the time it reads the event.
+    pub policy_programs: [u32; SIGHTED_PROGRAMS],
     pub comm: [u8; COMM_LEN],
     /// NUL-terminated path as the process passed it; what follows the NUL
     /// is left as it was (the kernel side does not clear the record: a
@@ -296,6 +305,24 @@ pub struct V1DevicesChain {
     pub kn_id: u32,
 }
 
+/// Where, in this kernel's memory, the device programs in force on a
+/// task's cgroup2 cgroup are: task->cgroups->dfl_cgrp->bpf.effective[device]
+/// is an array of items, each a program whose aux holds its id. Offsets
+/// from the kernel's BTF; all 0 (not followed) when it lacks a link.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PolicyProgramsChain {
+    pub task_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
+    /// cgroup.bpf.effective[the device attach type].
+    pub cgroup_effective_device: u32,
+    pub array_items: u32,
+    pub item_size: u32,
+    pub item_prog: u32,
+    pub prog_aux: u32,
+    pub aux_id: u32,
+}
+
 /// The fixed-size fields of an event, written in one go.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -325,7 +352,14 @@ pub struct EventHead {
 }
 
 const _: () = assert!(core::mem::size_of::<EventHead>() == 56);
-const _: () = assert!(core::mem::size_of::<DeviceAccessEvent>() == 56 + 8 + COMM_LEN + PATH_LEN);
+const _: () = assert!(
+    core::mem::size_of::<DeviceAccessEvent>()
+        == 56 + 8 + 4 * SIGHTED_PROGRAMS + COMM_LEN + PATH_LEN
+);
+
+/// How many programs in force a sighting records (runtimes attach one or
+/// two; systemd, a hook and gpu-trace's own observer add theirs).
+pub const SIGHTED_PROGRAMS: usize = 8;
 
 /// Per-thread state between the entry and the exit of an open call. Small on
 /// purpose: it is written on every open on the host. The observer fills in the
@@ -549,4 +583,6 @@ mod user {
     unsafe impl aya::Pod for super::DropRecordBudget {}
     // SAFETY: repr(C), five u32, no padding.
     unsafe impl aya::Pod for super::V1DevicesChain {}
+    // SAFETY: repr(C), eight u32, no padding.
+    unsafe impl aya::Pod for super::PolicyProgramsChain {}
 }

@@ -5,12 +5,15 @@
 //! than everything else a denied open does in our programs.
 
 use aya_ebpf::helpers::generated::{bpf_get_current_comm, bpf_probe_read_user_str};
-use gpu_trace_common::{DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN};
+use gpu_trace_common::{
+    DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN, SIGHTED_PROGRAMS,
+};
 
 use crate::{
     fold,
     maps::{count_lost_event, EVENTS},
-    v1_devices, why_dropped,
+    open_calls::EPERM,
+    policy_programs, v1_devices, why_dropped,
 };
 
 /// The current command name, unless `head` is a repeat, which is counted
@@ -60,6 +63,14 @@ pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
             }
         }
         (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
+        // Denials only: the programs are what attribution evaluates.
+        let denied = head.hook_verdict < 0 || head.syscall_ret == EPERM;
+        let programs = if denied {
+            policy_programs::in_force()
+        } else {
+            [0; SIGHTED_PROGRAMS]
+        };
+        (&raw mut (*event).policy_programs).write(programs);
         (&raw mut (*event).comm).write(comm);
         (&raw mut (*event).head).write(head);
     }

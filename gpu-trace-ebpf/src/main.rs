@@ -27,6 +27,7 @@ mod maps;
 mod observer;
 mod open_calls;
 mod open_function;
+mod policy_programs;
 mod process_tree;
 mod syscall_regs;
 mod tracepoint_record;

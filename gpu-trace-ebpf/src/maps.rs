@@ -8,10 +8,10 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck, OpenInFlight,
-    RepeatCount, RepeatKey, V1DevicesChain, CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY,
-    DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY,
-    LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER,
-    MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
+    PolicyProgramsChain, RepeatCount, RepeatKey, V1DevicesChain, CGROUP_PATHS_CAPACITY,
+    CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY,
+    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT,
+    MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -104,6 +104,18 @@ pub static V1_DEVICES_CHAIN: Global<V1DevicesChain> = Global::new(V1DevicesChain
     css_cgroup: 0,
     cgroup_kn: 0,
     kn_id: 0,
+});
+
+#[unsafe(no_mangle)]
+pub static POLICY_PROGRAMS_CHAIN: Global<PolicyProgramsChain> = Global::new(PolicyProgramsChain {
+    task_cgroups: 0,
+    css_set_dfl_cgrp: 0,
+    cgroup_effective_device: 0,
+    array_items: 0,
+    item_size: 0,
+    item_prog: 0,
+    prog_aux: 0,
+    aux_id: 0,
 });
 
 /// The flags are u8 (0 or 1) on the wire.

@@ -40,7 +40,7 @@ const SECOND_ARG: usize = 24;
 const RET: usize = 16;
 /// Negative errnos as the exit tracepoint reports them. EPERM is what a
 /// device policy gives.
-const EPERM: i32 = -1;
+pub(crate) const EPERM: i32 = -1;
 const ENOENT: i32 = -2;
 const ENXIO: i32 = -6;
 const EACCES: i32 = -13;

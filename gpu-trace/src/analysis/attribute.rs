@@ -165,10 +165,11 @@ impl<S: PolicySource> Attributor<S> {
         {
             return known.clone();
         }
-        let mut culprit = self.evaluate(id, cgroup, query, false);
+        let sighted = &record.access.sighted_programs;
+        let mut culprit = self.evaluate(id, cgroup, sighted, query, false);
         if matches!(culprit, Err(Disagreement)) {
             // The programs may have changed since the last look: look again.
-            culprit = self.evaluate(id, cgroup, query, true);
+            culprit = self.evaluate(id, cgroup, sighted, query, true);
         }
         let culprit = culprit.ok().map(|c| Rc::new(Rendered::new(c)));
         if let Some(cached) = self.policies.get_mut(&id) {
@@ -186,6 +187,7 @@ impl<S: PolicySource> Attributor<S> {
         &mut self,
         id: u64,
         cgroup: &Path,
+        sighted: &[u32],
         query: &DeviceQuery,
         recheck: bool,
     ) -> Result<DeniedBy, Disagreement> {
@@ -194,7 +196,13 @@ impl<S: PolicySource> Attributor<S> {
             .get(&id)
             .is_none_or(|c| recheck || c.checked.elapsed() >= RECHECK_AFTER);
         if stale {
-            if let Err(e) = self.refresh(id, cgroup) {
+            // A cgroup removed since (a launch's, within the millisecond its
+            // process exited): the programs the kernel saw in force.
+            let refreshed = self.refresh(id, cgroup).or_else(|e| {
+                self.refresh_from_sighting(id, cgroup, sighted)
+                    .map_err(|_| e)
+            });
+            if let Err(e) = refreshed {
                 return Ok(DeniedBy::Unknown {
                     note: format!(
                         "cannot read the device policy of {}: {e:#}",
@@ -268,6 +276,35 @@ impl<S: PolicySource> Attributor<S> {
                 ids,
                 policy,
                 checked,
+                answers: FxHashMap::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Caches the policy the kernel recorded at the sighting, for a cgroup
+    /// whose own can no longer be read; an error when nothing was recorded
+    /// or its programs are gone too.
+    fn refresh_from_sighting(
+        &mut self,
+        id: u64,
+        cgroup: &Path,
+        sighted: &[u32],
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(sighted.iter().any(|&p| p != 0), "nothing recorded");
+        if self.source.cgroup_exists(cgroup) {
+            anyhow::bail!("the cgroup is there: its own policy stands");
+        }
+        let policy = self.source.policy_at_sighting(cgroup, sighted)?;
+        if self.policies.len() >= POLICIES_CAPACITY {
+            self.policies.clear();
+        }
+        self.policies.insert(
+            id,
+            CachedPolicy {
+                ids: sighted.to_vec(),
+                policy,
+                checked: Instant::now(),
                 answers: FxHashMap::default(),
             },
         );
@@ -414,6 +451,12 @@ mod tests {
                 cgroup: cgroup.display().to_string(),
                 programs: self.programs.clone(),
             })
+        }
+        fn policy_at_sighting(&mut self, _: &Path, _: &[u32]) -> anyhow::Result<CgroupPolicy> {
+            anyhow::bail!("recorded programs are never removed")
+        }
+        fn cgroup_exists(&mut self, _: &Path) -> bool {
+            true
         }
         fn devices_list(&mut self, _: u32, _: u64, captured: Option<u64>) -> V1List {
             let Some(lines) = self.v1.as_ref() else {

@@ -33,6 +33,16 @@ pub trait PolicySource {
         cgroup: &std::path::Path,
         effective: &[u32],
     ) -> anyhow::Result<CgroupPolicy>;
+    /// Whether `cgroup` is still there.
+    fn cgroup_exists(&mut self, cgroup: &std::path::Path) -> bool;
+    /// The policy of `cgroup`, since removed, made of `sighted`: the
+    /// programs the kernel recorded in force at the sighting, each read by
+    /// id while it lives (a program outlives its cgroup for a moment).
+    fn policy_at_sighting(
+        &mut self,
+        cgroup: &std::path::Path,
+        sighted: &[u32],
+    ) -> anyhow::Result<CgroupPolicy>;
     /// The v1 devices.list of the cgroup the kernel recorded at the
     /// sighting (`captured`, its kernfs id), else of process `pid`'s while
     /// that pid still names the process sighted at `sighted_boot_ns`.
@@ -118,6 +128,20 @@ impl PolicySource for LiveHost {
         effective: &[u32],
     ) -> anyhow::Result<CgroupPolicy> {
         CgroupPolicy::of_programs(&self.mount, cgroup, effective, &mut self.programs)
+    }
+
+    fn cgroup_exists(&mut self, cgroup: &std::path::Path) -> bool {
+        self.mount
+            .join(cgroup.strip_prefix("/").unwrap_or(cgroup))
+            .is_dir()
+    }
+
+    fn policy_at_sighting(
+        &mut self,
+        cgroup: &std::path::Path,
+        sighted: &[u32],
+    ) -> anyhow::Result<CgroupPolicy> {
+        CgroupPolicy::of_sighted_programs(&self.mount, cgroup, sighted, &mut self.programs)
     }
 
     fn devices_list(&mut self, pid: u32, sighted_boot_ns: u64, captured: Option<u64>) -> V1List {

@@ -38,6 +38,7 @@ pub fn record(
             comm: b"python3".to_vec(),
             cgroup_id: 7,
             v1_devices_cgroup: None,
+            sighted_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
             device_seen: verdict != Verdict::FailedBeforeDeviceCheck,
             block_device: false,
             major,

@@ -20,6 +20,8 @@ pub struct KernelBtf {
 
 /// A struct found in the type section: where its member entries start.
 struct Found {
+    /// The type's size in bytes (structs, unions, enums).
+    size: u32,
     members_at: usize,
     members: usize,
     bitfields: bool,
@@ -41,6 +43,14 @@ impl KernelBtf {
 
     pub fn has_struct(&self, name: &str) -> anyhow::Result<bool> {
         Ok(self.find_struct(name)?.is_some())
+    }
+
+    /// The size of `struct name` in bytes: the stride of an array of them.
+    pub fn struct_size(&self, name: &str) -> anyhow::Result<u32> {
+        match self.find_struct(name)? {
+            Some(found) => Ok(found.size),
+            None => bail!("no struct {name} in {VMLINUX}"),
+        }
     }
 
     /// Byte offset of `member` in `struct name`.
@@ -111,9 +121,11 @@ impl KernelBtf {
             let info = self.word(at + 4)?;
             let kind = (info >> 24) & 0x1f;
             let members = (info & 0xffff) as usize;
+            let size = self.word(at + 8)?;
             at += 12;
             if kind == wanted && self.string_at(name_offset) == name.as_bytes() {
                 return Ok(Some(Found {
+                    size,
                     members_at: at,
                     members,
                     bitfields: info >> 31 == 1,
@@ -189,6 +201,7 @@ mod tests {
         assert_eq!(btf().member_offset("pair", "second").unwrap(), 4);
         assert_eq!(btf().member_offset("pair", "first").unwrap(), 0);
         assert!(btf().has_struct("pair").unwrap());
+        assert_eq!(btf().struct_size("pair").unwrap(), 8);
         assert!(!btf().has_struct("int").unwrap());
     }
 

@@ -46,6 +46,7 @@ impl HeldBack {
                     head: held.latest,
                     // Held back before the record was made: found by pid.
                     v1_devices_cgroup: 0,
+                    policy_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
                     comm: held.latest_comm,
                     path: [0; PATH_LEN],
                 };

@@ -13,6 +13,7 @@ pub mod lazy_btf;
 pub mod lost_by_cgroup;
 pub mod open_route;
 pub mod own_programs;
+pub mod policy_programs_chain;
 pub mod program_holders;
 pub mod programs_in_force;
 pub mod repeats;

@@ -100,10 +100,11 @@ impl ProgramCache {
         if let Some(known) = self.0.get(&id) {
             return known.clone();
         }
-        let dump = dump_program(id).ok()?; // unloaded meanwhile: not cached
-                                           // The name alone proves nothing (any root program can take it); a
-                                           // gpu-trace holding it does. The selftest's scratch policy is held
-                                           // by gpu-trace too, but is a policy: the name tells those apart.
+        // Unloaded meanwhile: not cached.
+        let dump = dump_program(id).ok()?;
+        // The name alone proves nothing (any root program can take it); a
+        // gpu-trace holding it does. The selftest's scratch policy is held
+        // by gpu-trace too, but is a policy: the name tells those apart.
         let ours = dump.name.starts_with(program::OBSERVER) && held_by_gpu_trace(id);
         let program = (!ours).then(|| CachedProgram {
             name: dump.name,
@@ -116,6 +117,11 @@ impl ProgramCache {
         }
         self.0.insert(id, program.clone());
         program
+    }
+
+    /// Whether `get` found no program `id`: unloaded, not ours.
+    fn unloaded(&self, id: u32) -> bool {
+        !self.0.contains_key(&id)
     }
 }
 
@@ -149,6 +155,58 @@ impl CgroupPolicy {
             .collect();
         let wanted: HashSet<u32> = dumps.iter().map(|(id, _)| *id).collect();
         let where_attached = attachment_levels(mount, &relative, wanted)?;
+        Ok(Self::made_of(&relative, dumps, &where_attached, "?"))
+    }
+
+    /// The policy of `cgroup`, since removed, made of `sighted`, the
+    /// programs the kernel recorded in force on it at a sighting: each
+    /// attached where a cgroup above it still has it, else at the removed
+    /// cgroup itself. An error when one of them is unloaded too.
+    pub fn of_sighted_programs(
+        mount: &Path,
+        cgroup: &Path,
+        sighted: &[u32],
+        cache: &mut ProgramCache,
+    ) -> anyhow::Result<Self> {
+        let relative = relative_to_mount(cgroup);
+        let mut dumps = Vec::new();
+        for &id in sighted.iter().filter(|&&id| id != 0) {
+            match cache.get(id) {
+                Some(dump) => dumps.push((id, dump)),
+                None if cache.unloaded(id) => anyhow::bail!(
+                    "program {id}, in force at the sighting, was unloaded with the cgroup"
+                ),
+                None => {} // gpu-trace's own
+            }
+        }
+        let wanted: HashSet<u32> = dumps.iter().map(|(id, _)| *id).collect();
+        let mut above = relative.parent().map(PathBuf::from);
+        // The nearest cgroup above that still exists.
+        while let Some(level) = above.as_ref() {
+            if mount
+                .join(level.strip_prefix("/").unwrap_or(level))
+                .is_dir()
+            {
+                break;
+            }
+            above = level.parent().map(PathBuf::from);
+        }
+        let where_attached = match above {
+            Some(level) => attachment_levels(mount, &level, wanted)?,
+            None => HashMap::new(),
+        };
+        let removed = format!("{} (removed)", relative.display());
+        Ok(Self::made_of(&relative, dumps, &where_attached, &removed))
+    }
+
+    /// The policy of `relative` made of its programs' dumps, each attached
+    /// where `where_attached` says, else at `elsewhere`.
+    fn made_of(
+        relative: &Path,
+        dumps: Vec<(u32, CachedProgram)>,
+        where_attached: &HashMap<u32, (String, u32)>,
+        elsewhere: &str,
+    ) -> Self {
         let clock = BootClock::now();
         let programs = dumps
             .into_iter()
@@ -156,7 +214,7 @@ impl CgroupPolicy {
                 let (attached_at, flags) = where_attached
                     .get(&id)
                     .cloned()
-                    .unwrap_or_else(|| ("?".into(), 0));
+                    .unwrap_or_else(|| (elsewhere.to_string(), 0));
                 PolicyProgram {
                     writer: None,
                     id,
@@ -173,10 +231,10 @@ impl CgroupPolicy {
                 }
             })
             .collect();
-        Ok(Self {
+        Self {
             cgroup: relative.to_string_lossy().into_owned(),
             programs,
-        })
+        }
     }
 
     pub fn answer(&self, query: &DeviceQuery) -> Answer {

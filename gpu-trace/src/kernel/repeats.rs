@@ -39,8 +39,10 @@ struct SentPath {
     /// the kernel counts repeats before it reads them.
     from_regs: bool,
     syscall: u16,
-    /// The first's v1 devices cgroup: repeats are not read that far.
+    /// The first's v1 devices cgroup and programs in force: repeats are
+    /// not read that far.
     v1_devices_cgroup: u64,
+    policy_programs: [u32; gpu_trace_common::SIGHTED_PROGRAMS],
     sent: Instant,
 }
 
@@ -76,6 +78,7 @@ impl KernelRepeats {
             from_regs: head.flags & FLAG_PATH_FROM_REGS != 0,
             syscall: head.syscall,
             v1_devices_cgroup: event.v1_devices_cgroup,
+            policy_programs: event.policy_programs,
             sent: Instant::now(),
         };
         self.paths.insert(key, sent);
@@ -160,6 +163,9 @@ fn access_of(
             program: 0,
         },
         v1_devices_cgroup: path.map_or(0, |sent| sent.v1_devices_cgroup),
+        policy_programs: path.map_or([0; gpu_trace_common::SIGHTED_PROGRAMS], |sent| {
+            sent.policy_programs
+        }),
         comm: key.comm,
         path: path_bytes,
     };

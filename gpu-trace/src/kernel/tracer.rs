@@ -12,7 +12,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpu_trace_common::{
-    cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent, V1DevicesChain,
+    cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent, PolicyProgramsChain,
+    V1DevicesChain,
 };
 
 use crate::{
@@ -26,6 +27,7 @@ use crate::{
         lazy_btf::LazyBtf,
         lost_by_cgroup::LostByCgroup,
         open_route::{self, OpenRoute, OpensChoice},
+        policy_programs_chain,
         repeats::KernelRepeats,
         v1_devices_chain,
     },
@@ -387,6 +389,7 @@ struct LoadSettings {
     pt_regs_offset: u32,
     verdict_from_errno: bool,
     v1_devices: V1DevicesChain,
+    policy_programs: PolicyProgramsChain,
 }
 
 impl LoadSettings {
@@ -409,6 +412,7 @@ impl LoadSettings {
             pt_regs_offset,
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
+            policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
         })
     }
 }
@@ -467,6 +471,11 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(global::V1_DEVICES_CHAIN, &settings.v1_devices, true)
+        .override_global(
+            global::POLICY_PROGRAMS_CHAIN,
+            &settings.policy_programs,
+            true,
+        )
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
         .override_global(
             global::FOLD_WINDOW_NS,

@@ -160,6 +160,10 @@ pub struct DeviceAccess {
     /// The kernfs id of its v1 devices cgroup, read by the kernel at the
     /// sighting; None where there is no v1 devices hierarchy.
     pub v1_devices_cgroup: Option<u64>,
+    /// The ids of the device programs in force on its cgroup2 cgroup, read
+    /// by the kernel at a denial's sighting, 0 after the last; all 0 when
+    /// not read.
+    pub sighted_programs: [u32; gpu_trace_common::SIGHTED_PROGRAMS],
     /// False when the access never reached the device hook: the device
     /// fields below are then unknown (zero).
     pub device_seen: bool,
@@ -225,6 +229,7 @@ impl DeviceAccess {
             comm: until_nul(&raw.comm).to_vec(),
             cgroup_id: raw.head.cgroup_id,
             v1_devices_cgroup: (raw.v1_devices_cgroup != 0).then_some(raw.v1_devices_cgroup),
+            sighted_programs: raw.policy_programs,
             device_seen,
             block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
             major: raw.head.device.major,
@@ -279,6 +284,7 @@ mod tests {
                 ..EventHead::default()
             },
             v1_devices_cgroup: 0,
+            policy_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
             comm: [0; 16],
             path: [0; 256],
         };

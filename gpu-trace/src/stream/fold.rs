@@ -382,6 +382,7 @@ mod tests {
                 comm: comm.to_vec(),
                 cgroup_id: 7,
                 v1_devices_cgroup: None,
+                sighted_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
                 device_seen: true,
                 block_device: false,
                 major: 511,

@@ -633,3 +633,56 @@ fn run_names_a_missing_kfd_and_a_render_node_open_to_its_group_only() {
         );
     }
 }
+
+/// A launch that removes its cgroup as soon as its process exits, as LXC
+/// does within the millisecond: the policy that denied the open is gone
+/// with the cgroup by the time the event is read, and the culprit is found
+/// from the programs the kernel recorded in force at the sighting.
+#[test]
+fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
+    let host = or_skip!(kernel_test);
+    let launcher = or_skip!(c_program, "launch_and_remove", &[]);
+    let parent = scratch_cgroup(&host, "run-removed");
+    let nodes = DeviceNodes::create(&[("nvidia0", NVIDIA_FRONTEND_MAJOR, 0)]).expect("mknod");
+    let launch = parent.path().join("launch");
+    let launch_relative = parent.relative_path().join("launch");
+    for attempt in 0..20 {
+        let output = gpu_trace_run(
+            &["--format", "json"],
+            &[
+                launcher.to_string_lossy().into_owned(),
+                launch.to_string_lossy().into_owned(),
+                NVIDIA_FRONTEND_MAJOR.to_string(),
+                nodes.path("nvidia0").to_string_lossy().into_owned(),
+            ],
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (report, _) = json_report(&output);
+        assert_eq!(output.status.code(), Some(0), "{stdout}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], libc::EPERM.to_string(), "the open was denied");
+        let removed_after_us: u64 = lines[1].parse().expect("microseconds");
+        assert!(
+            removed_after_us < 1_000,
+            "removed {removed_after_us} us after"
+        );
+        assert!(!launch.exists(), "the launch's cgroup is gone");
+        let problems = report["problems"].as_array().expect("problems");
+        assert_eq!(problems.len(), 1, "attempt {attempt}: {report:#}");
+        let event = &problems[0]["event"];
+        assert_eq!(
+            event["cgroup"],
+            launch_relative.to_str().expect("utf-8"),
+            "{event:#}"
+        );
+        let culprit = &event["denied_by"];
+        assert_eq!(culprit["kind"], "program", "attempt {attempt}: {event:#}");
+        assert_eq!(culprit["name"], "launch_deny", "{event:#}");
+        assert_eq!(
+            culprit["attached_at"],
+            format!("{} (removed)", launch_relative.display()),
+            "{event:#}"
+        );
+        assert_eq!(event["cause"], "device-denied", "{event:#}");
+    }
+}

@@ -26,7 +26,7 @@ pub(crate) struct GuestBinaries {
 }
 
 /// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
-const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 8] = [
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 9] = [
     ("open32", &["-m32"]),
     ("uring_open", &[]),
     ("flip_open", &["-pthread"]),
@@ -35,6 +35,7 @@ const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 8] = [
     ("cgroup_fan", &[]),
     ("evict_in_flight", &["-pthread"]),
     ("unmap_path", &["-pthread"]),
+    ("launch_and_remove", &[]),
 ];
 
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked

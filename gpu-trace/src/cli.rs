@@ -42,7 +42,7 @@ pub enum Command {
     gpu-trace watch --major 511 -x       also major 511; -x: every device
     gpu-trace watch -o /var/log/gpu-trace/denied.jsonl --fold 10s
     gpu-trace watch --container 200 --device nvidia-uvm")]
-    Watch(WatchArgs),
+    Watch(Box<WatchArgs>),
     /// Run CMD, follow its process tree, and report each denied GPU device access with its cause and fix.
     #[command(
         after_help = "gpu-trace's own lines go to stderr; CMD's output passes through untouched. \
@@ -170,6 +170,16 @@ pub struct WatchArgs {
     pub device: Option<crate::stream::filter::DeviceFilter>,
     #[command(flatten)]
     pub pod_resources: PodResourcesArg,
+    /// Also send every record written to an OpenTelemetry Collector as an
+    /// OTLP log record (HTTP/protobuf): its base URL, `http://HOST:4318`, or
+    /// its `/v1/logs` URL. Never waits on it: a record it cannot take in time
+    /// is counted as dropped (the closing line, at most 8 MiB queued).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Headers for every OTLP request, `Name: value` a line (a bearer
+    /// token, a tenant id), from a file kept out of the command line.
+    #[arg(long, value_name = "FILE", requires = "otlp")]
+    pub otlp_headers: Option<PathBuf>,
 }
 
 /// Where the kubelet says which GPUs each container was allocated.

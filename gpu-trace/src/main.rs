@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Watch(args) => commands::watch::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Watch(args) => commands::watch::run(*args).map(|()| ExitCode::SUCCESS),
         Command::Run(args) => commands::run::run(args).map(ExitCode::from),
         // check promises scripts 0, 1, or 2 for any error.
         Command::Check(args) => Ok(commands::check::run(args).map_or_else(

@@ -11,6 +11,7 @@ use crate::{
         fold::Folder,
         log_output::{LogOutput, Tally},
         metrics::Metrics,
+        otlp::{OtlpExporter, OtlpTarget},
         ring_events::event_loop_runtime,
         session::Session,
         sink::Sink,
@@ -46,6 +47,14 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         session.pipeline.read_pod_resources(socket);
     }
 
+    let otlp = match &args.otlp {
+        Some(endpoint) => Some(OtlpExporter::start(OtlpTarget::new(
+            endpoint,
+            args.otlp_headers.as_deref(),
+        )?)?),
+        None => None,
+    };
+
     let runtime = event_loop_runtime()?;
     let metrics = args
         .metrics
@@ -58,6 +67,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         // Colour only on stdout, and only where it is a terminal that shows it.
         paint: args.output.is_none() && style::paints(&std::io::stdout()),
         metrics: metrics.as_ref(),
+        otlp: otlp.as_ref(),
         tally: Tally::default(),
     };
     let drivers = if args.devices.all_devices {
@@ -80,11 +90,16 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     sink.finish(); // every line written before the counts are read
     let lost = session.tracer.lost_events();
     drop(session); // detach before the summary, which says so
+    let otlp = otlp.map(|exporter| {
+        let (sent, dropped) = exporter.finish();
+        format!(", otlp sent {sent}, otlp dropped {dropped}")
+    });
     eprintln!(
-        "gpu-trace: detached; events {}, denied {}, lost {lost}{}",
+        "gpu-trace: detached; events {}, denied {}, lost {lost}{}{}",
         tally.events,
         tally.denied,
-        trouble(&sink, &tally)
+        trouble(&sink, &tally),
+        otlp.unwrap_or_default()
     );
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::{
         filter::Filter,
         fold::Folder,
         metrics::Metrics,
+        otlp::OtlpExporter,
         session::{Counted, LostInCgroup, Output, Session},
         sink::Sink,
     },
@@ -35,12 +36,17 @@ pub struct LogOutput<'a> {
     pub format: Format,
     pub paint: bool,
     pub metrics: Option<&'a Metrics>,
+    /// `--otlp`: each record written goes to the collector too.
+    pub otlp: Option<&'a OtlpExporter>,
     pub tally: Tally,
 }
 
 impl LogOutput<'_> {
     fn write(&mut self, record: &Record) {
         let _ = write_record(self.sink.line_buffer(), self.format, self.paint, record);
+        if let Some(otlp) = self.otlp {
+            otlp.send(record);
+        }
     }
 
     /// Writes out what was buffered, then carries on in a new file

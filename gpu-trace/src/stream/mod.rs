@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod metrics_format;
 pub mod metrics_server;
 pub mod open_route_upgrade;
+pub mod otlp;
 pub mod pacing;
 pub mod ring_events;
 pub mod run_output;

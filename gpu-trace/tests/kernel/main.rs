@@ -24,6 +24,9 @@ mod hooks;
 mod hostile;
 #[path = "../support/memory_limit.rs"]
 mod memory_limit;
+mod otlp;
+#[path = "../support/otlp_receiver.rs"]
+mod otlp_receiver;
 mod policy;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;

@@ -261,6 +261,12 @@ impl Watcher {
         (status, stderr, self.events_of(pid))
     }
 
+    /// Stops it and returns, besides, every line it wrote on stdout.
+    pub fn stop_with_lines(mut self) -> (ExitStatus, Vec<String>, Vec<String>) {
+        let (status, stderr) = self.finish();
+        (status, stderr, self.lines())
+    }
+
     /// Everything it printed on stderr so far.
     pub fn stderr_now(&mut self) -> Vec<String> {
         while let Ok(line) = self.stderr.try_recv() {

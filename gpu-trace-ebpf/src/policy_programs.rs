@@ -5,13 +5,19 @@
 //! Their ids let userspace read the programs themselves, which outlive
 //! the cgroup for a while.
 
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_get_current_task, generated::bpf_probe_read_kernel};
 use gpu_trace_common::{PolicyProgramsChain, SIGHTED_PROGRAMS};
 
 use crate::maps::POLICY_PROGRAMS_CHAIN;
 
-/// The ids in the kernel's order, 0 after the last; all 0 when the chain
-/// is not set or the first reads fail.
+/// The ids in the kernel's order, 0 after the last (and for a program
+/// being detached in place, a dummy without one); all 0 when the chain is
+/// not set or the first reads fail.
+///
+/// Straight-line on purpose: a failed read leaves 0 (the helper clears its
+/// destination), so only the array's end branches. Branches that rejoin
+/// the loop multiplied the states the verifier walks: on 5.10 loading the
+/// programs then took longer than start-up may.
 #[inline(always)]
 pub fn in_force() -> [u32; SIGHTED_PROGRAMS] {
     let mut ids = [0u32; SIGHTED_PROGRAMS];
@@ -21,42 +27,38 @@ pub fn in_force() -> [u32; SIGHTED_PROGRAMS] {
     }
     // SAFETY: a helper without arguments.
     let task = unsafe { bpf_get_current_task() };
-    let Some(array) = effective_array(task, &chain) else {
+    let css_set = read::<u64>(task, chain.task_cgroups);
+    let cgroup = read::<u64>(css_set, chain.css_set_dfl_cgrp);
+    let array = read::<u64>(cgroup, chain.cgroup_effective_device);
+    if array == 0 {
         return ids;
-    };
-    let mut found = 0;
-    for index in 0..SIGHTED_PROGRAMS {
-        let item = array + u64::from(chain.array_items) + index as u64 * u64::from(chain.item_size);
-        let Some(prog) = read::<u64>(item, chain.item_prog) else {
-            break;
-        };
+    }
+    let items = array + u64::from(chain.array_items);
+    for (index, id) in ids.iter_mut().enumerate() {
+        let prog = read::<u64>(items + index as u64 * u64::from(chain.item_size), chain.item_prog);
         // The array ends with a null program.
         if prog == 0 {
             break;
         }
-        // A program being detached in place is a dummy without an id.
-        let Some(id) =
-            read::<u64>(prog, chain.prog_aux).and_then(|aux| read::<u32>(aux, chain.aux_id))
-        else {
-            continue;
-        };
-        if id != 0 && found < SIGHTED_PROGRAMS {
-            ids[found] = id;
-            found += 1;
-        }
+        let aux = read::<u64>(prog, chain.prog_aux);
+        *id = read::<u32>(aux, chain.aux_id);
     }
     ids
 }
 
+/// The value at `base + offset`, or 0 where it cannot be read: the
+/// helper's result is not looked at, which would be a branch.
 #[inline(always)]
-fn effective_array(task: u64, chain: &PolicyProgramsChain) -> Option<u64> {
-    let css_set = read::<u64>(task, chain.task_cgroups)?;
-    let cgroup = read::<u64>(css_set, chain.css_set_dfl_cgrp)?;
-    read::<u64>(cgroup, chain.cgroup_effective_device).filter(|&array| array != 0)
-}
-
-#[inline(always)]
-fn read<T>(base: u64, offset: u32) -> Option<T> {
-    // SAFETY: kernel memory read with the fault-tolerant helper.
-    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T).ok() }
+fn read<T: Default>(base: u64, offset: u32) -> T {
+    let mut value = T::default();
+    // SAFETY: kernel memory read with the fault-tolerant helper, into a
+    // local of its size; on failure it zeroes the destination.
+    unsafe {
+        bpf_probe_read_kernel(
+            (&raw mut value).cast(),
+            core::mem::size_of::<T>() as u32,
+            (base + u64::from(offset)) as *const _,
+        )
+    };
+    value
 }

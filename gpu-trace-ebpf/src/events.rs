@@ -6,7 +6,7 @@
 
 use aya_ebpf::helpers::generated::{bpf_get_current_comm, bpf_probe_read_user_str};
 use gpu_trace_common::{
-    DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN, SIGHTED_PROGRAMS,
+    DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN,
 };
 
 use crate::{
@@ -65,12 +65,7 @@ pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
         (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
         // Denials only: the programs are what attribution evaluates.
         let denied = head.hook_verdict < 0 || head.syscall_ret == EPERM;
-        let programs = if denied {
-            policy_programs::in_force()
-        } else {
-            [0; SIGHTED_PROGRAMS]
-        };
-        (&raw mut (*event).policy_programs).write(programs);
+        policy_programs::write_in_force((&raw mut (*event).policy_programs).cast(), denied);
         (&raw mut (*event).comm).write(comm);
         (&raw mut (*event).head).write(head);
     }

@@ -10,20 +10,28 @@ use gpu_trace_common::{PolicyProgramsChain, SIGHTED_PROGRAMS};
 
 use crate::maps::POLICY_PROGRAMS_CHAIN;
 
-/// The ids in the kernel's order, 0 after the last (and for a program
-/// being detached in place, a dummy without one); all 0 when the chain is
-/// not set or the first reads fail.
+/// Writes the ids, in the kernel's order, to the SIGHTED_PROGRAMS slots at
+/// `ids` (an event's, in the ring buffer), 0 after the last (and for a
+/// program being detached in place, a dummy without one); all 0 unless
+/// `denied`, or when the chain is not set or the first reads fail.
 ///
-/// Straight-line on purpose: a failed read leaves 0 (the helper clears its
-/// destination), so only the array's end branches. Branches that rejoin
-/// the loop multiplied the states the verifier walks: on 5.10 loading the
-/// programs then took longer than start-up may.
+/// Written where they go, not gathered on the stack: the open function's
+/// fexit program had 32 bytes too few for that on 5.10 (512 in all). And
+/// straight-line: a failed read leaves 0 (the helper clears its
+/// destination), so only the array's end branches; branches that rejoin
+/// the loop multiplied the states the verifier walks.
+///
+/// # Safety
+/// `ids` points to SIGHTED_PROGRAMS writable u32s.
 #[inline(always)]
-pub fn in_force() -> [u32; SIGHTED_PROGRAMS] {
-    let mut ids = [0u32; SIGHTED_PROGRAMS];
+pub unsafe fn write_in_force(ids: *mut u32, denied: bool) {
+    for index in 0..SIGHTED_PROGRAMS {
+        // SAFETY: within the caller's slots.
+        unsafe { ids.add(index).write(0) };
+    }
     let chain: PolicyProgramsChain = POLICY_PROGRAMS_CHAIN.load();
-    if chain.task_cgroups == 0 {
-        return ids;
+    if !denied || chain.task_cgroups == 0 {
+        return;
     }
     // SAFETY: a helper without arguments.
     let task = unsafe { bpf_get_current_task() };
@@ -31,19 +39,19 @@ pub fn in_force() -> [u32; SIGHTED_PROGRAMS] {
     let cgroup = read::<u64>(css_set, chain.css_set_dfl_cgrp);
     let array = read::<u64>(cgroup, chain.cgroup_effective_device);
     if array == 0 {
-        return ids;
+        return;
     }
     let items = array + u64::from(chain.array_items);
-    for (index, id) in ids.iter_mut().enumerate() {
+    for index in 0..SIGHTED_PROGRAMS {
         let prog = read::<u64>(items + index as u64 * u64::from(chain.item_size), chain.item_prog);
         // The array ends with a null program.
         if prog == 0 {
             break;
         }
         let aux = read::<u64>(prog, chain.prog_aux);
-        *id = read::<u32>(aux, chain.aux_id);
+        // SAFETY: within the caller's slots.
+        unsafe { ids.add(index).write(read::<u32>(aux, chain.aux_id)) };
     }
-    ids
 }
 
 /// The value at `base + offset`, or 0 where it cannot be read: the

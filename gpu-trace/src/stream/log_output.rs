@@ -134,6 +134,13 @@ impl Output for LogOutput<'_> {
         session.pipeline.maintain();
         if let Some(metrics) = self.metrics {
             metrics.set_lost(session.tracer.lost_events());
+            if let Some(otlp) = self.otlp {
+                let counts = otlp.counts();
+                metrics.set_otlp(
+                    counts.sent.load(std::sync::atomic::Ordering::Relaxed),
+                    counts.dropped.load(std::sync::atomic::Ordering::Relaxed),
+                );
+            }
         }
         Ok(())
     }

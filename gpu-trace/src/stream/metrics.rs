@@ -43,6 +43,12 @@ struct HookLabels {
     hook: String,
 }
 
+/// `--otlp`'s records: "sent" or "dropped".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OtlpLabels {
+    result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
@@ -74,6 +80,7 @@ pub struct Metrics {
     causes: Family<CauseLabels, Counter>,
     events: Counter,
     lost: Counter,
+    otlp: Family<OtlpLabels, Counter>,
     registry: Arc<Registry>,
 }
 
@@ -103,6 +110,12 @@ impl Metrics {
             "gpu_trace_events_lost",
             "Events the kernel could not hand over (ring buffer full)",
             lost.clone(),
+        );
+        let otlp = Family::<OtlpLabels, Counter>::default();
+        registry.register(
+            "gpu_trace_otlp_records",
+            "Records sent to the OTLP collector (--otlp), or dropped: its queue full or every try failed",
+            otlp.clone(),
         );
         let attached = Family::<HookLabels, Gauge>::default();
         registry.register(
@@ -136,6 +149,7 @@ impl Metrics {
             series: AtomicUsize::new(0),
             events,
             lost,
+            otlp,
             registry: Arc::new(registry),
         }
     }
@@ -181,6 +195,17 @@ impl Metrics {
         let seen = self.lost.get();
         if total > seen {
             self.lost.inc_by(total - seen);
+        }
+    }
+
+    /// Brings the OTLP counters up to the exporter's running totals.
+    pub fn set_otlp(&self, sent: u64, dropped: u64) {
+        for (result, total) in [("sent", sent), ("dropped", dropped)] {
+            let counter = self.otlp.get_or_create(&OtlpLabels { result });
+            let seen = counter.get();
+            if total > seen {
+                counter.inc_by(total - seen);
+            }
         }
     }
 

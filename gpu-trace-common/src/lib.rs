@@ -111,9 +111,18 @@ pub mod global {
     /// offsets (`V1DevicesChain`), from the kernel's BTF; all 0 where no v1
     /// devices hierarchy is mounted.
     pub const V1_DEVICES_CHAIN: &str = "V1_DEVICES_CHAIN";
-    /// The offsets to the device programs in force (`PolicyProgramsChain`),
-    /// from the kernel's BTF; all 0 where it lacks one.
-    pub const POLICY_PROGRAMS_CHAIN: &str = "POLICY_PROGRAMS_CHAIN";
+    /// The offsets to the device programs in force, `PolicyProgramsChain`'s
+    /// fields in its order, a global each; all 0 where the BTF lacks one.
+    pub const POLICY_PROGRAMS_CHAIN: [&str; 8] = [
+        "POLICY_TASK_CGROUPS",
+        "POLICY_CSS_SET_DFL_CGRP",
+        "POLICY_CGROUP_EFFECTIVE_DEVICE",
+        "POLICY_ARRAY_ITEMS",
+        "POLICY_ITEM_SIZE",
+        "POLICY_ITEM_PROG",
+        "POLICY_PROG_AUX",
+        "POLICY_AUX_ID",
+    ];
     /// The fold window in ns: repeats of a problem within it are counted in
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
@@ -309,7 +318,6 @@ pub struct V1DevicesChain {
 /// task's cgroup2 cgroup are: task->cgroups->dfl_cgrp->bpf.effective[device]
 /// is an array of items, each a program whose aux holds its id. Offsets
 /// from the kernel's BTF; all 0 (not followed) when it lacks a link.
-#[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PolicyProgramsChain {
     pub task_cgroups: u32,
@@ -321,6 +329,22 @@ pub struct PolicyProgramsChain {
     pub item_prog: u32,
     pub prog_aux: u32,
     pub aux_id: u32,
+}
+
+impl PolicyProgramsChain {
+    /// The fields in `global::POLICY_PROGRAMS_CHAIN`'s order.
+    pub const fn fields(&self) -> [u32; 8] {
+        [
+            self.task_cgroups,
+            self.css_set_dfl_cgrp,
+            self.cgroup_effective_device,
+            self.array_items,
+            self.item_size,
+            self.item_prog,
+            self.prog_aux,
+            self.aux_id,
+        ]
+    }
 }
 
 /// The fixed-size fields of an event, written in one go.
@@ -583,6 +607,4 @@ mod user {
     unsafe impl aya::Pod for super::DropRecordBudget {}
     // SAFETY: repr(C), five u32, no padding.
     unsafe impl aya::Pod for super::V1DevicesChain {}
-    // SAFETY: repr(C), eight u32, no padding.
-    unsafe impl aya::Pod for super::PolicyProgramsChain {}
 }

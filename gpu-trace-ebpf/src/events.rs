@@ -62,10 +62,15 @@ pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
                 why_dropped::path_unread(&head, copied);
             }
         }
-        (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
-        // Denials only: the programs are what attribution evaluates.
+        // Denials only: the programs are what attribution evaluates. Its
+        // reads pass through the v1 field, written after.
         let denied = head.hook_verdict < 0 || head.syscall_ret == EPERM;
-        policy_programs::write_in_force((&raw mut (*event).policy_programs).cast(), denied);
+        policy_programs::write_in_force(
+            (&raw mut (*event).policy_programs).cast(),
+            &raw mut (*event).v1_devices_cgroup,
+            denied,
+        );
+        (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
         (&raw mut (*event).comm).write(comm);
         (&raw mut (*event).head).write(head);
     }

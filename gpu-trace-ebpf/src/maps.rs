@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck, OpenInFlight,
-    PolicyProgramsChain, RepeatCount, RepeatKey, V1DevicesChain, CGROUP_PATHS_CAPACITY,
+    RepeatCount, RepeatKey, V1DevicesChain, CGROUP_PATHS_CAPACITY,
     CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY,
     IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT,
     MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
@@ -106,17 +106,25 @@ pub static V1_DEVICES_CHAIN: Global<V1DevicesChain> = Global::new(V1DevicesChain
     kn_id: 0,
 });
 
+// The offsets of `PolicyProgramsChain`, a global each: loaded one by one,
+// they need no stack, where a copy of the struct cost the open function's
+// fexit program more than 5.10 allows it.
 #[unsafe(no_mangle)]
-pub static POLICY_PROGRAMS_CHAIN: Global<PolicyProgramsChain> = Global::new(PolicyProgramsChain {
-    task_cgroups: 0,
-    css_set_dfl_cgrp: 0,
-    cgroup_effective_device: 0,
-    array_items: 0,
-    item_size: 0,
-    item_prog: 0,
-    prog_aux: 0,
-    aux_id: 0,
-});
+pub static POLICY_TASK_CGROUPS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_CSS_SET_DFL_CGRP: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_CGROUP_EFFECTIVE_DEVICE: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_ARRAY_ITEMS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_ITEM_SIZE: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_ITEM_PROG: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_PROG_AUX: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static POLICY_AUX_ID: Global<u32> = Global::new(0);
 
 /// The flags are u8 (0 or 1) on the wire.
 #[inline(always)]

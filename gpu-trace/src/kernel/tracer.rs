@@ -448,7 +448,12 @@ fn saved_registers(btf: Result<&KernelBtf, &str>, notes: &mut Vec<String>) -> (u
 /// Parses the object and creates its maps, with the settings baked in as
 /// read-only globals; programs are loaded one by one afterwards.
 fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result<Ebpf> {
-    EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    let chain = settings.policy_programs.fields();
+    for (name, offset) in global::POLICY_PROGRAMS_CHAIN.iter().zip(&chain) {
+        loader.override_global(name, offset, true);
+    }
+    loader
         .override_global(
             global::WATCH_ALL_DEVICES,
             &u8::from(config.all_devices),
@@ -471,11 +476,6 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(global::V1_DEVICES_CHAIN, &settings.v1_devices, true)
-        .override_global(
-            global::POLICY_PROGRAMS_CHAIN,
-            &settings.policy_programs,
-            true,
-        )
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
         .override_global(
             global::FOLD_WINDOW_NS,

@@ -58,10 +58,20 @@ fn a_denial_reaches_the_collector_as_a_warning_with_its_fields() {
     let incident = or_skip!(incident_test, "otlp");
     let addr = free_local_addr();
     let receiver = OtlpReceiver::start(&addr);
-    let watcher = incident.watch(&["--format", "json", "--otlp", &format!("http://{addr}")]);
+    let metrics = free_local_addr();
+    let url = format!("http://{addr}");
+    let watcher = incident.watch(&["--format", "json", "--otlp", &url, "--metrics", &metrics]);
     let pid = incident.deny_once();
     let event = watcher.wait_for_events(pid, 1).remove(0);
     let records = wait_for_records(&receiver, 1);
+    // The metrics catch up within a tick.
+    let sent = format!("gpu_trace_otlp_records_total{{result=\"sent\"}} {}", records.len());
+    let deadline = Instant::now() + WAIT;
+    while !scrape(&metrics).lines().any(|l| l == sent) {
+        assert!(Instant::now() < deadline, "no {sent:?} in {}", scrape(&metrics));
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(scrape(&metrics).contains("gpu_trace_otlp_records_total{result=\"dropped\"} 0"));
     let (status, stderr) = watcher.stop();
     assert!(status.success(), "{stderr:#?}");
 

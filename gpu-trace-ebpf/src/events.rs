@@ -5,9 +5,7 @@
 //! than everything else a denied open does in our programs.
 
 use aya_ebpf::helpers::generated::{bpf_get_current_comm, bpf_probe_read_user_str};
-use gpu_trace_common::{
-    DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN,
-};
+use gpu_trace_common::{DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN};
 
 use crate::{
     fold,

@@ -39,7 +39,8 @@ pub unsafe fn write_in_force(ids: *mut u32, scratch: *mut u64, denied: bool) {
         return;
     }
     // SAFETY (each read): `scratch` is the caller's, as above.
-    let read = |base: u64, offset: u32, size: u32| unsafe { read_into(scratch, base, offset, size) };
+    let read =
+        |base: u64, offset: u32, size: u32| unsafe { read_into(scratch, base, offset, size) };
     // SAFETY: a helper without arguments.
     let task = unsafe { bpf_get_current_task() };
     let css_set = read(task, task_cgroups, 8);

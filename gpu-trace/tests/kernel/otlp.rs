@@ -65,10 +65,17 @@ fn a_denial_reaches_the_collector_as_a_warning_with_its_fields() {
     let event = watcher.wait_for_events(pid, 1).remove(0);
     let records = wait_for_records(&receiver, 1);
     // The metrics catch up within a tick.
-    let sent = format!("gpu_trace_otlp_records_total{{result=\"sent\"}} {}", records.len());
+    let sent = format!(
+        "gpu_trace_otlp_records_total{{result=\"sent\"}} {}",
+        records.len()
+    );
     let deadline = Instant::now() + WAIT;
     while !scrape(&metrics).lines().any(|l| l == sent) {
-        assert!(Instant::now() < deadline, "no {sent:?} in {}", scrape(&metrics));
+        assert!(
+            Instant::now() < deadline,
+            "no {sent:?} in {}",
+            scrape(&metrics)
+        );
         thread::sleep(Duration::from_millis(100));
     }
     assert!(scrape(&metrics).contains("gpu_trace_otlp_records_total{result=\"dropped\"} 0"));

@@ -646,6 +646,8 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
     let nodes = DeviceNodes::create(&[("nvidia0", NVIDIA_FRONTEND_MAJOR, 0)]).expect("mknod");
     let launch = parent.path().join("launch");
     let launch_relative = parent.relative_path().join("launch");
+    let removed_at = format!("{} (removed)", launch_relative.display());
+    let mut after_removal = 0;
     for attempt in 0..20 {
         let output = gpu_trace_run(
             &["--format", "json"],
@@ -678,11 +680,21 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
         let culprit = &event["denied_by"];
         assert_eq!(culprit["kind"], "program", "attempt {attempt}: {event:#}");
         assert_eq!(culprit["name"], "launch_deny", "{event:#}");
-        assert_eq!(
-            culprit["attached_at"],
-            format!("{} (removed)", launch_relative.display()),
-            "{event:#}"
-        );
+        // Read from the cgroup where gpu-trace got there first (a slow
+        // guest), else from the programs recorded at the sighting.
+        let attached_at = culprit["attached_at"].as_str().expect("attached_at");
+        if attached_at == removed_at {
+            after_removal += 1;
+        } else {
+            assert_eq!(
+                attached_at,
+                launch_relative.to_str().expect("utf-8"),
+                "{event:#}"
+            );
+        }
         assert_eq!(event["cause"], "device-denied", "{event:#}");
     }
+    // Here the launch removes its cgroup before gpu-trace reads the event,
+    // nearly always: the sighting's record was what found the culprit.
+    assert!(after_removal > 0, "no attempt met a removed cgroup");
 }

@@ -4,7 +4,9 @@
 //!
 //! Intervals are short here, not as shipped: Prometheus scrapes and
 //! evaluates every second, Alertmanager waits 1 s before a group's first
-//! notification. The rules are contrib/prometheus/gpu-trace-rules.yaml as is.
+//! notification, and the rules are contrib/prometheus/gpu-trace-rules.yaml
+//! with their look-back windows (5 and 10 minutes) cut to 15 s, so that an
+//! alert resolves within the test; their expressions are otherwise as shipped.
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -62,28 +64,34 @@ impl Webhook {
         Self { url, notifications }
     }
 
-    /// The firing alerts named `alertname` in every notification so far.
-    fn firing(&self, alertname: &str) -> Vec<Value> {
+    /// The alerts named `alertname` with `status` (firing, resolved) in
+    /// every notification so far.
+    fn alerts(&self, alertname: &str, status: &str) -> Vec<Value> {
         self.notifications
             .lock()
             .expect("lock")
             .iter()
             .flat_map(|n| n["alerts"].as_array().cloned().unwrap_or_default())
-            .filter(|a| a["status"] == "firing" && a["labels"]["alertname"] == alertname)
+            .filter(|a| a["status"] == status && a["labels"]["alertname"] == alertname)
             .collect()
     }
 
-    /// The first firing `alertname`; else fails, with the servers' logs in `dir`.
-    fn wait_for(&self, alertname: &str, dir: &Path) -> Value {
+    fn firing(&self, alertname: &str) -> Vec<Value> {
+        self.alerts(alertname, "firing")
+    }
+
+    /// The first `alertname` with `status`; else fails, with the servers'
+    /// logs in `dir`.
+    fn wait_for(&self, alertname: &str, status: &str, dir: &Path) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(alert) = self.firing(alertname).into_iter().next() {
+            if let Some(alert) = self.alerts(alertname, status).into_iter().next() {
                 return alert;
             }
             let log = |name: &str| fs::read_to_string(dir.join(name)).unwrap_or_default();
             assert!(
                 Instant::now() < deadline,
-                "no {alertname} within 60 s: {:#?}\nprometheus: {}\nalertmanager: {}",
+                "no {status} {alertname} within 60 s: {:#?}\nprometheus: {}\nalertmanager: {}",
                 self.notifications.lock().expect("lock"),
                 log("prometheus.log"),
                 log("alertmanager.log"),
@@ -166,8 +174,14 @@ fn prometheus(
     target: &str,
     alertmanager: &str,
 ) -> Server {
-    let rules =
+    let shipped =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/prometheus/gpu-trace-rules.yaml");
+    let rules = dir.join("gpu-trace-rules.yaml");
+    fs::write(
+        &rules,
+        with_short_windows(&fs::read_to_string(shipped).expect("rules")),
+    )
+    .expect("write the rules");
     let config = dir.join("prometheus.yml");
     fs::write(
         &config,
@@ -186,6 +200,27 @@ fn prometheus(
         ],
         dir.join("prometheus.log"),
     )
+}
+
+/// The shipped rules with every look-back window cut to 15 s; fails if the
+/// rules no longer have the windows this test knows.
+fn with_short_windows(rules: &str) -> String {
+    let windows = ["[5m]", "offset 5m", "[10m]", "offset 10m"];
+    let mut short = rules.to_string();
+    for window in windows {
+        assert_eq!(
+            short.matches(window).count(),
+            1,
+            "{window}: the shipped rules changed"
+        );
+        let cut = if window.starts_with('[') {
+            "[15s]"
+        } else {
+            "offset 15s"
+        };
+        short = short.replace(window, cut);
+    }
+    short
 }
 
 /// Whether Prometheus has scraped `job` and found it up.
@@ -236,7 +271,7 @@ fn a_denial_pages_once_through_prometheus_and_alertmanager_and_a_flood_pages_los
 
     let denied_at = Instant::now();
     incident.deny_once();
-    let alert = receiver.wait_for("GpuDeviceDenied", dir.path());
+    let alert = receiver.wait_for("GpuDeviceDenied", "firing", dir.path());
     eprintln!(
         "alerts: the denied open reached the receiver as GpuDeviceDenied after {:.1} s (scrape and evaluation every 1 s, group wait 1 s)",
         denied_at.elapsed().as_secs_f64()
@@ -252,8 +287,19 @@ fn a_denial_pages_once_through_prometheus_and_alertmanager_and_a_flood_pages_los
 
     // The same incident again: the alert is already firing; no second page.
     incident.deny_once();
+    let last_denial = Instant::now();
     thread::sleep(Duration::from_secs(5));
     assert_eq!(receiver.firing("GpuDeviceDenied").len(), 1, "paged twice");
+
+    // The problem stops: once the window holds no new denial, the alert
+    // resolves, for the same labels.
+    let resolved = receiver.wait_for("GpuDeviceDenied", "resolved", dir.path());
+    eprintln!(
+        "alerts: GpuDeviceDenied resolved {:.1} s after the last denial (window 15 s)",
+        last_denial.elapsed().as_secs_f64()
+    );
+    assert_eq!(resolved["labels"], alert["labels"], "{resolved:#}");
+    assert_eq!(receiver.firing("GpuDeviceDenied").len(), 1, "paged again");
 
     // A flood the ring buffer cannot take: events are lost, and counted.
     let scratch = temp_dir_named("gpu-trace-alerts-nodes-");
@@ -262,7 +308,7 @@ fn a_denial_pages_once_through_prometheus_and_alertmanager_and_a_flood_pages_los
         .arg(scratch.path().join("n"))
         .args([&incident.uvm_major.to_string(), "2000", "2"]);
     printed_count(start_in_cgroup(incident.cgroup.path(), cycle));
-    let lost = receiver.wait_for("GpuTraceLosingEvents", dir.path());
+    let lost = receiver.wait_for("GpuTraceLosingEvents", "firing", dir.path());
     assert_eq!(lost["labels"]["instance"], metrics.as_str(), "{lost:#}");
     let stderr = watcher.stop_cleanly();
     let (summary, count) = summary_counts(&stderr);

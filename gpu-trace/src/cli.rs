@@ -171,15 +171,22 @@ pub struct WatchArgs {
     #[command(flatten)]
     pub pod_resources: PodResourcesArg,
     /// Also send every record written to an OpenTelemetry Collector as an
-    /// OTLP log record (HTTP/protobuf): its base URL, `http://HOST:4318`, or
-    /// its `/v1/logs` URL. Never waits on it: a record it cannot take in time
-    /// is counted as dropped (the closing line, at most 8 MiB queued).
+    /// OTLP log record (HTTP/protobuf): its base URL, `http://HOST:4318` or
+    /// `https://HOST:4318`, or its `/v1/logs` URL. Never waits on it: a
+    /// record it cannot take in time is counted as dropped (the closing
+    /// line, at most 8 MiB queued).
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
     /// Headers for every OTLP request, `Name: value` a line (a bearer
     /// token, a tenant id), from a file kept out of the command line.
     #[arg(long, value_name = "FILE", requires = "otlp")]
     pub otlp_headers: Option<PathBuf>,
+    /// For an https:// collector: the CA certificates (PEM) its certificate
+    /// must chain to, instead of the system's
+    /// (/etc/ssl/certs/ca-certificates.crt); for a private CA. The
+    /// collector's certificate is always verified.
+    #[arg(long, value_name = "FILE", requires = "otlp")]
+    pub otlp_ca: Option<PathBuf>,
 }
 
 /// Where the kubelet says which GPUs each container was allocated.

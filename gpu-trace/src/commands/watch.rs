@@ -37,6 +37,16 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         Some(path) => Sink::file(path.clone())?,
         None => Sink::stdout(),
     };
+    // --otlp's files (headers, CA certificates) are read before any kernel
+    // work: bad input fails fast.
+    let otlp_target = match &args.otlp {
+        Some(endpoint) => Some(OtlpTarget::new(
+            endpoint,
+            args.otlp_headers.as_deref(),
+            args.otlp_ca.as_deref(),
+        )?),
+        None => None,
+    };
     let mut session = Session::start(
         &host.cgroup2_mount,
         &config,
@@ -47,13 +57,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         session.pipeline.read_pod_resources(socket);
     }
 
-    let otlp = match &args.otlp {
-        Some(endpoint) => Some(OtlpExporter::start(OtlpTarget::new(
-            endpoint,
-            args.otlp_headers.as_deref(),
-        )?)?),
-        None => None,
-    };
+    let otlp = otlp_target.map(OtlpExporter::start).transpose()?;
 
     let runtime = event_loop_runtime()?;
     let metrics = args

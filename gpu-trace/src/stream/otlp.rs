@@ -1,16 +1,17 @@
 //! `watch --otlp ENDPOINT`: every record written is also sent to an
 //! OpenTelemetry Collector as a log record (OTLP over HTTP/protobuf, POST
-//! ENDPOINT/v1/logs). The event thread only renders the record's two
-//! lines and hands them over, never waiting: a queue bounded in bytes sits
-//! between it and an exporter thread that batches, sends, and retries with
-//! backoff. What the queue cannot take, or a batch the collector refused
+//! ENDPOINT/v1/logs, over TLS for an https:// ENDPOINT). The event thread
+//! only renders the record's two lines and hands them over, never waiting:
+//! a queue bounded in bytes sits between it and an exporter thread that
+//! batches, sends, and retries with backoff. What the queue cannot take, or a batch the collector refused
 //! for good, is counted as dropped: every record is sent or counted.
 
 use std::{
-    path::Path,
+    fmt,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
-        mpsc, Arc,
+        mpsc, Arc, OnceLock,
     },
     thread,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -25,6 +26,7 @@ use opentelemetry_proto::tonic::{
 };
 use prost::Message;
 use serde_json::Value;
+use ureq::tls::{parse_pem, Certificate, PemItem, RootCerts, TlsConfig};
 
 use crate::{
     model::record::Record,
@@ -44,6 +46,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// At the end, what is still queued gets this long to go out.
 const FINISH_WITHIN: Duration = Duration::from_secs(5);
+/// The roots an https:// collector's certificate is checked against when
+/// --otlp-ca names none: Debian's bundle of the system's CAs.
+pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// One record as the event thread hands it over.
 struct Queued {
@@ -66,6 +71,8 @@ pub struct OtlpCounts {
     pub sent: AtomicU64,
     pub dropped: AtomicU64,
     queued_bytes: AtomicUsize,
+    /// Set by `finish`: when what is still queued stops being tried.
+    ending: OnceLock<Instant>,
 }
 
 pub struct OtlpExporter {
@@ -74,23 +81,72 @@ pub struct OtlpExporter {
     thread: Option<thread::JoinHandle<()>>,
 }
 
-/// Where to send, and with which headers (a bearer token, a tenant id).
+/// Where to send, with which headers (a bearer token, a tenant id), and
+/// for https:// which CAs to trust.
 #[derive(Debug, Clone)]
 pub struct OtlpTarget {
     pub url: String,
     pub headers: Vec<(String, String)>,
+    /// None for http://.
+    pub roots: Option<TrustedRoots>,
+}
+
+/// The CA certificates a collector's certificate must chain to, read once
+/// at start-up.
+#[derive(Debug, Clone)]
+pub struct TrustedRoots {
+    file: PathBuf,
+    /// Named by --otlp-ca, not the system's bundle.
+    given: bool,
+    certificates: RootCerts,
+}
+
+impl fmt::Display for TrustedRoots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.given {
+            write!(f, "--otlp-ca {}", self.file.display())
+        } else {
+            write!(
+                f,
+                "the system's, {} (a private CA needs --otlp-ca FILE)",
+                self.file.display()
+            )
+        }
+    }
 }
 
 impl OtlpTarget {
-    /// `endpoint` is the collector's base URL (`http://HOST:4318`) or its
-    /// full logs URL; `headers_file` holds `Name: value` lines.
-    pub fn new(endpoint: &str, headers_file: Option<&Path>) -> anyhow::Result<Self> {
-        let Some(rest) = endpoint.strip_prefix("http://") else {
-            bail!("--otlp takes an http:// URL ({endpoint:?}); for a collector outside the node, send to a node-local collector that forwards over TLS");
+    /// `endpoint` is the collector's base URL (`http://HOST:4318`,
+    /// `https://HOST:4318`) or its full logs URL; `headers_file` holds
+    /// `Name: value` lines; `ca_file` (https:// only) the CA certificates
+    /// to trust instead of the system's.
+    pub fn new(
+        endpoint: &str,
+        headers_file: Option<&Path>,
+        ca_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let (rest, https) = match (
+            endpoint.strip_prefix("http://"),
+            endpoint.strip_prefix("https://"),
+        ) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => bail!("--otlp takes an http:// or https:// URL ({endpoint:?})"),
         };
         if rest.is_empty() || rest.starts_with('/') {
             bail!("--otlp {endpoint:?} names no host");
         }
+        let roots = match (https, ca_file) {
+            (false, None) => None,
+            (false, Some(file)) => bail!(
+                "--otlp-ca {} is for an https:// collector, and --otlp {endpoint:?} is plain http://",
+                file.display()
+            ),
+            (true, Some(file)) => Some(TrustedRoots::read(file, true)?),
+            (true, None) => Some(TrustedRoots::read(Path::new(SYSTEM_ROOTS), false).with_context(
+                || format!("--otlp {endpoint:?} needs the system's CA certificates, or --otlp-ca FILE"),
+            )?),
+        };
         let url = if endpoint.ends_with("/v1/logs") {
             endpoint.to_string()
         } else {
@@ -100,7 +156,70 @@ impl OtlpTarget {
             Some(file) => read_headers(file)?,
             None => Vec::new(),
         };
-        Ok(Self { url, headers })
+        Ok(Self {
+            url,
+            headers,
+            roots,
+        })
+    }
+}
+
+impl TrustedRoots {
+    /// Every certificate in the PEM `file`, each checked to be one a TLS
+    /// handshake can use: a bad one is said now, not as a refused
+    /// collector later.
+    fn read(file: &Path, given: bool) -> anyhow::Result<Self> {
+        let name = if given {
+            format!("--otlp-ca {}", file.display())
+        } else {
+            file.display().to_string()
+        };
+        let pem = std::fs::read(file).with_context(|| format!("reading {name}"))?;
+        let mut certificates: Vec<Certificate<'static>> = Vec::new();
+        for item in parse_pem(&pem) {
+            match item {
+                Ok(PemItem::Certificate(certificate)) => certificates.push(certificate),
+                Ok(PemItem::PrivateKey(_)) => {
+                    bail!("{name} holds a private key: only CA certificates belong there")
+                }
+                Ok(_) => {}
+                Err(e) => bail!("{name} is not valid PEM: {}", pem_error(&e)),
+            }
+        }
+        if certificates.is_empty() {
+            bail!("{name} holds no certificate (-----BEGIN CERTIFICATE-----)");
+        }
+        let mut store = rustls::RootCertStore::empty();
+        for (index, certificate) in certificates.iter().enumerate() {
+            if store.add(certificate.der().into()).is_err() {
+                bail!(
+                    "{name}: certificate {} of {} is not a well-formed X.509 certificate",
+                    index + 1,
+                    certificates.len()
+                );
+            }
+        }
+        Ok(Self {
+            file: file.to_path_buf(),
+            given,
+            certificates: RootCerts::new_with_certs(&certificates),
+        })
+    }
+}
+
+/// What is wrong with a PEM file, in words (the parser's own messages
+/// show the offending line as a list of bytes).
+fn pem_error(error: &ureq::Error) -> String {
+    use rustls::pki_types::pem::Error as Pem;
+    match error {
+        ureq::Error::Pem(Pem::MissingSectionEnd { .. }) => {
+            "a -----BEGIN----- line has no -----END----- line".into()
+        }
+        ureq::Error::Pem(Pem::IllegalSectionStart { .. }) => {
+            "a -----BEGIN----- line is malformed".into()
+        }
+        ureq::Error::Pem(Pem::Base64Decode(_)) => "a section is not base64".into(),
+        other => other.to_string(),
     }
 }
 
@@ -185,8 +304,13 @@ impl OtlpExporter {
     /// Lets what is queued go out (for at most FINISH_WITHIN; the rest
     /// counted as dropped); returns the counts.
     pub fn finish(mut self) -> (u64, u64) {
+        // Said before the queue closes: the exporter may be in a batch's
+        // backoff with the queue still full, and must not wait out every
+        // batch's retries before it sees the end.
+        let _ = self.counts.ending.set(Instant::now() + FINISH_WITHIN);
         self.queue = None;
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
         (
@@ -197,15 +321,21 @@ impl OtlpExporter {
 }
 
 /// The exporter thread: batches, requests, retries; ends when the queue's
-/// sender is gone and the queue is empty, or FINISH_WITHIN after that.
+/// sender is gone and the queue is empty, or at the end's deadline.
 fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCounts) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    let mut config = ureq::Agent::config_builder()
         .timeout_global(Some(REQUEST_TIMEOUT))
-        .http_status_as_error(false)
-        .build()
-        .into();
+        .http_status_as_error(false);
+    if let Some(roots) = &target.roots {
+        config = config.tls_config(
+            TlsConfig::builder()
+                .root_certs(roots.certificates.clone())
+                .build(),
+        );
+    }
+    let agent: ureq::Agent = config.build().into();
     let resource = resource();
-    let mut ending: Option<Instant> = None;
+    let mut tls_failure_said = false;
     loop {
         let mut batch = Vec::new();
         match queued.recv_timeout(BATCH_WAIT) {
@@ -219,7 +349,7 @@ fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCou
                 Ok(next) => batch.push(next),
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    ending.get_or_insert_with(|| Instant::now() + FINISH_WITHIN);
+                    counts.ending.get_or_init(|| Instant::now() + FINISH_WITHIN);
                     break;
                 }
             }
@@ -228,10 +358,14 @@ fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCou
         counts.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
         let records = batch.len() as u64;
         let body = request(&resource, batch).encode_to_vec();
-        let sent = send_with_retries(&agent, target, &body, ending);
+        let sent = send_with_retries(&agent, target, &body, &counts.ending, &mut tls_failure_said);
         let counter = if sent { &counts.sent } else { &counts.dropped };
         counter.fetch_add(records, Ordering::Relaxed);
-        if ending.is_some_and(|end| Instant::now() >= end) {
+        if counts
+            .ending
+            .get()
+            .is_some_and(|end| Instant::now() >= *end)
+        {
             // Out of time at the end: what is left is dropped, and said.
             let left = queued.try_iter().count() as u64;
             counts.dropped.fetch_add(left, Ordering::Relaxed);
@@ -241,12 +375,16 @@ fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCou
 }
 
 /// POSTs `body`, retrying a failed try (no answer, 429, 5xx) with backoff;
-/// whether the collector took it. At the end, no try starts past `ending`.
+/// whether the collector took it. Once `ending` is set, no try starts past
+/// it, and a backoff under way is cut short by `finish`'s unpark.
+/// A failed TLS handshake is said on stderr, the first one only: unlike a
+/// collector that is down, it rarely mends by itself.
 fn send_with_retries(
     agent: &ureq::Agent,
     target: &OtlpTarget,
     body: &[u8],
-    ending: Option<Instant>,
+    ending: &OnceLock<Instant>,
+    tls_failure_said: &mut bool,
 ) -> bool {
     let mut backoff = FIRST_BACKOFF;
     for attempt in 1..=TRIES {
@@ -262,16 +400,64 @@ fn send_with_retries(
                 let status = response.status().as_u16();
                 status == 429 || status >= 500
             }
-            Err(_) => true,
+            Err(error) => {
+                if !*tls_failure_said {
+                    *tls_failure_said = say_tls_failure(target, &error);
+                }
+                true
+            }
         };
-        let out_of_time = ending.is_some_and(|end| Instant::now() + backoff >= end);
-        if !retry || attempt == TRIES || out_of_time {
+        let out_of_time = |wait| {
+            ending
+                .get()
+                .is_some_and(|end| Instant::now() + wait >= *end)
+        };
+        if !retry || attempt == TRIES || out_of_time(backoff) {
             return false;
         }
-        thread::sleep(backoff);
+        // A backoff begun before the end was set may run past it: the
+        // end's unpark cuts it short, and the next try sees the deadline.
+        let wake = Instant::now() + backoff;
+        let cut_short_by_the_end = ending.get().is_none();
+        while Instant::now() < wake && !(cut_short_by_the_end && ending.get().is_some()) {
+            thread::park_timeout(wake.saturating_duration_since(Instant::now()));
+        }
+        if out_of_time(Duration::ZERO) {
+            return false;
+        }
         backoff *= 2;
     }
     false
+}
+
+/// Says on stderr why a request failed if TLS is why; whether it did.
+fn say_tls_failure(target: &OtlpTarget, error: &ureq::Error) -> bool {
+    let Some(failure) = tls_failure(error) else {
+        return false;
+    };
+    let trusted = target
+        .roots
+        .as_ref()
+        .map_or_else(String::new, |roots| format!("; trusted CAs: {roots}"));
+    eprintln!(
+        "gpu-trace: cannot send to the OTLP collector {}: TLS: {failure}{trusted}; records not sent are counted as dropped",
+        target.url
+    );
+    true
+}
+
+/// The TLS error within a failed request, if that is why it failed: rustls
+/// reports a refused certificate inside an I/O error.
+fn tls_failure(error: &ureq::Error) -> Option<String> {
+    match error {
+        ureq::Error::Io(io) => io
+            .get_ref()?
+            .downcast_ref::<rustls::Error>()
+            .map(ToString::to_string),
+        ureq::Error::Rustls(tls) => Some(tls.to_string()),
+        ureq::Error::Tls(tls) => Some(tls.to_string()),
+        _ => None,
+    }
 }
 
 /// Who sends: this host, gpu-trace. In a pod, the node's name comes from
@@ -471,12 +657,14 @@ mod tests {
 
     #[test]
     fn an_endpoint_gets_the_logs_path_and_headers_are_checked() {
-        let t = OtlpTarget::new("http://collector:4318/", None).unwrap();
+        let t = OtlpTarget::new("http://collector:4318/", None, None).unwrap();
         assert_eq!(t.url, "http://collector:4318/v1/logs");
-        let t = OtlpTarget::new("http://collector:4318/v1/logs", None).unwrap();
+        assert!(t.roots.is_none());
+        let t = OtlpTarget::new("http://collector:4318/v1/logs", None, None).unwrap();
         assert_eq!(t.url, "http://collector:4318/v1/logs");
-        assert!(OtlpTarget::new("https://collector:4318", None).is_err());
-        assert!(OtlpTarget::new("http://", None).is_err());
+        assert!(OtlpTarget::new("ftp://collector:4318", None, None).is_err());
+        assert!(OtlpTarget::new("http://", None, None).is_err());
+        assert!(OtlpTarget::new("https://", None, None).is_err());
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("headers");
         std::fs::write(
@@ -484,7 +672,7 @@ mod tests {
             "# token\nAuthorization: Bearer abc\n\nX-Scope-OrgID: gpu\n",
         )
         .unwrap();
-        let t = OtlpTarget::new("http://c:4318", Some(&file)).unwrap();
+        let t = OtlpTarget::new("http://c:4318", Some(&file), None).unwrap();
         assert_eq!(
             t.headers,
             [
@@ -493,7 +681,81 @@ mod tests {
             ]
         );
         std::fs::write(&file, "Bad Name: x\n").unwrap();
-        assert!(OtlpTarget::new("http://c:4318", Some(&file)).is_err());
+        assert!(OtlpTarget::new("http://c:4318", Some(&file), None).is_err());
+    }
+
+    /// A CA certificate in PEM, made for the test.
+    fn ca_pem() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    #[test]
+    fn an_https_endpoint_trusts_otlp_ca_or_else_the_systems_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, ca_pem() + &ca_pem()).unwrap();
+        let t = OtlpTarget::new("https://collector:4318", None, Some(&ca)).unwrap();
+        assert_eq!(t.url, "https://collector:4318/v1/logs");
+        let roots = t.roots.unwrap();
+        assert_eq!((roots.file, roots.given), (ca.clone(), true));
+        let RootCerts::Specific(certificates) = roots.certificates else {
+            panic!("not the file's certificates");
+        };
+        assert_eq!(certificates.len(), 2);
+
+        // Without --otlp-ca: the system's bundle, or an error naming it.
+        match OtlpTarget::new("https://collector:4318", None, None) {
+            Ok(t) => {
+                let roots = t.roots.unwrap();
+                assert_eq!(
+                    (roots.file.to_str(), roots.given),
+                    (Some(SYSTEM_ROOTS), false)
+                );
+            }
+            Err(e) => {
+                assert!(!Path::new(SYSTEM_ROOTS).exists(), "{e:#}");
+                assert!(format!("{e:#}").contains(SYSTEM_ROOTS), "{e:#}");
+            }
+        }
+    }
+
+    #[test]
+    fn otlp_ca_is_refused_for_plain_http() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, ca_pem()).unwrap();
+        let e = OtlpTarget::new("http://collector:4318", None, Some(&ca)).unwrap_err();
+        assert!(format!("{e:#}").contains("https://"), "{e:#}");
+    }
+
+    #[test]
+    fn a_bad_ca_file_is_refused_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("private-ca.pem");
+        let refused = |why: &str| {
+            let e = OtlpTarget::new("https://collector:4318", None, Some(&ca)).unwrap_err();
+            let said = format!("{e:#}");
+            assert!(said.contains(&ca.display().to_string()), "{said}");
+            assert!(said.contains(why), "{said}");
+        };
+        refused("No such file");
+        std::fs::write(&ca, "not a certificate\n").unwrap();
+        refused("holds no certificate");
+        let pem = ca_pem();
+        std::fs::write(&ca, &pem[..pem.len() / 2]).unwrap();
+        refused("has no -----END----- line");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        refused("certificate 1 of 1 is not a well-formed X.509 certificate");
+        let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        std::fs::write(&ca, pem + &key).unwrap();
+        refused("holds a private key");
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub(crate) fn cycling_test(test: &str, cgroup: &str) -> Option<(Incident, PathBu
 }
 
 /// The peak resident memory of a process so far, in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .expect("read status")
         .lines()

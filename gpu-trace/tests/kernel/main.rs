@@ -27,6 +27,7 @@ mod memory_limit;
 mod otlp;
 #[path = "../support/otlp_receiver.rs"]
 mod otlp_receiver;
+mod otlp_tls;
 mod policy;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::{
 
 use crate::{common::*, otlp_receiver::OtlpReceiver};
 
-fn attribute<'a>(record: &'a LogRecord, key: &str) -> Option<&'a Any> {
+pub(crate) fn attribute<'a>(record: &'a LogRecord, key: &str) -> Option<&'a Any> {
     record
         .attributes
         .iter()
@@ -18,7 +18,7 @@ fn attribute<'a>(record: &'a LogRecord, key: &str) -> Option<&'a Any> {
 }
 
 /// The receiver's records once it holds at least `count`.
-fn wait_for_records(receiver: &OtlpReceiver, count: usize) -> Vec<LogRecord> {
+pub(crate) fn wait_for_records(receiver: &OtlpReceiver, count: usize) -> Vec<LogRecord> {
     let deadline = Instant::now() + WAIT;
     loop {
         let records = receiver.records();
@@ -35,7 +35,7 @@ fn wait_for_records(receiver: &OtlpReceiver, count: usize) -> Vec<LogRecord> {
 }
 
 /// "otlp sent N, otlp dropped M" from watch's closing line.
-fn otlp_counts(stderr: &[String]) -> (u64, u64) {
+pub(crate) fn otlp_counts(stderr: &[String]) -> (u64, u64) {
     let line = stderr
         .iter()
         .find(|l| l.starts_with("gpu-trace: detached;"))
@@ -160,4 +160,69 @@ fn records_written_while_the_collector_is_down_arrive_or_are_counted_as_dropped(
     );
     // The first went before the gap, the last after it.
     assert!(sent >= 2, "sent {sent}");
+}
+
+/// watch's peak RSS over a stream of `denials` (one record each, at 4 000
+/// per second) with `extra` arguments, how long it took to stop, its
+/// closing lines and the JSON lines it wrote.
+fn peak_over_a_stream(
+    incident: &Incident,
+    open_paced: &Path,
+    denials: u64,
+    extra: &[&str],
+) -> (u64, Duration, Vec<String>, Vec<String>) {
+    let watcher = incident.watch(&[&["--format", "json", "--fold", "0"][..], extra].concat());
+    let mut stream = Command::new(open_paced);
+    stream
+        .arg(incident.nodes.path("nvidia-uvm"))
+        .args([&denials.to_string(), "4000"]);
+    let stream = start_in_cgroup(incident.cgroup.path(), stream);
+    assert_eq!(printed_count(stream), denials);
+    thread::sleep(Duration::from_millis(500)); // let watch drain
+    let peak = crate::bounds::peak_rss_kib(watcher.child.id());
+    let stopping = Instant::now();
+    let (status, stderr, lines) = watcher.stop_with_lines();
+    assert!(status.success(), "{stderr:#?}");
+    (peak, stopping.elapsed(), stderr, lines)
+}
+
+#[test]
+fn a_flood_towards_a_collector_that_is_down_holds_watchs_memory_to_the_queues_bound() {
+    let (host, programs) = or_skip!(kernel_test_with_programs, &["open_paced"]);
+    let incident = Incident::new(&host, "otlp-flood");
+    let denials = 20_000;
+    // Nothing listens there: every batch fails and is retried while the
+    // stream goes on, so the queue fills to its bound and sheds the rest.
+    let down = format!("http://{}", free_local_addr());
+    let (without, _, _, _) = peak_over_a_stream(&incident, &programs[0], denials, &[]);
+    let (with, stopped_in, stderr, lines) =
+        peak_over_a_stream(&incident, &programs[0], denials, &["--otlp", &down]);
+    let written = lines.len() as u64;
+    let text_bytes: usize = lines.iter().map(String::len).sum();
+    let (sent, dropped) = otlp_counts(&stderr);
+    let bound_kib = (gpu_trace::stream::otlp::QUEUE_LIMIT_BYTES / 1024) as u64;
+    eprintln!(
+        "otlp flood: {written} records ({} KiB of JSON alone) towards a collector that is down; watch's peak RSS {with} KiB with --otlp, {without} KiB without",
+        text_bytes / 1024
+    );
+    // The test could fail: the records' text alone is several times the bound.
+    assert!(
+        text_bytes as u64 / 1024 > 3 * bound_kib,
+        "{written} records, {text_bytes} bytes: not enough to overflow the queue"
+    );
+    assert_eq!((sent, sent + dropped), (0, written), "{stderr:#?}");
+    // The queue's bound, the batch in flight with its encoding, and the
+    // allocator's slack: well under what an unbounded queue would hold.
+    assert!(
+        with.saturating_sub(without) < bound_kib * 2,
+        "--otlp added {} KiB to watch's peak; the queue's bound is {bound_kib} KiB",
+        with.saturating_sub(without)
+    );
+    // A full queue and a collector still down: watch gives what is left 5 s
+    // to go out, then counts it as dropped; it does not wait out every
+    // batch's retries.
+    assert!(
+        stopped_in < Duration::from_secs(10),
+        "stopped in {stopped_in:?}"
+    );
 }

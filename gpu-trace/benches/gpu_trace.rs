@@ -9,6 +9,11 @@
 //! `--only GROUP`; inside a matrix guest (xtask/src/vm_bench.rs) `--guest`
 //! and `--open-loop FILE` (the loop built beforehand: no compiler there).
 
+#[path = "gpu_trace/collector.rs"]
+mod collector;
+#[path = "gpu_trace/liveness.rs"]
+mod liveness;
+
 use std::{
     fs,
     io::{BufRead, BufReader, Write},
@@ -41,6 +46,9 @@ fn gpu_trace() -> String {
 /// With the path `--getppid` it makes getppid() calls instead: what every
 /// other syscall on the host pays while a tracer is attached.
 const OPEN_LOOP_C: &str = include_str!("open_loop.c");
+
+/// The liveness probe: denied opens at a pace, each a first sighting.
+const FRESH_PROBE_C: &str = include_str!("fresh_probe.c");
 
 /// The bpftrace side: an opensnoop-like script (entry stashes the path,
 /// exit prints it with the result).
@@ -105,7 +113,7 @@ fn main() {
         "machine": machine(),
         "settings": { "runs": settings.runs, "opens": settings.opens, "seconds": settings.seconds },
     });
-    // `--only overhead|repeats|throughput|startup|tenants|workload` runs one group.
+    // `--only overhead|repeats|throughput|liveness|startup|tenants|workload` runs one group.
     let only = if guest {
         Some("overhead".to_string())
     } else {
@@ -124,6 +132,11 @@ fn main() {
     }
     if wanted("throughput") {
         results["throughput"] = throughput(&settings, &open_loop, &scene);
+    }
+    if wanted("liveness") {
+        let probe = build_c(work.path(), "fresh_probe", FRESH_PROBE_C);
+        let probes = if quick { 50 } else { 200 };
+        results["liveness"] = liveness::liveness(probes, &open_loop, &probe, &scene);
     }
     if wanted("startup") {
         results["startup"] = startup(&settings, &scene);
@@ -220,16 +233,21 @@ impl Scene {
 }
 
 fn build_open_loop(work: &Path) -> PathBuf {
-    let source = work.join("open_loop.c");
-    let binary = work.join("open_loop");
-    fs::write(&source, OPEN_LOOP_C).expect("write C source");
+    build_c(work, "open_loop", OPEN_LOOP_C)
+}
+
+/// `source` compiled into `work`/`name`.
+fn build_c(work: &Path, name: &str, source_text: &str) -> PathBuf {
+    let source = work.join(name).with_extension("c");
+    let binary = work.join(name);
+    fs::write(&source, source_text).expect("write C source");
     let status = Command::new("cc")
         .args(["-O2", "-o"])
         .arg(&binary)
         .arg(&source)
         .status()
         .expect("cc");
-    assert!(status.success(), "compiling the open loop");
+    assert!(status.success(), "compiling {name}");
     binary
 }
 
@@ -638,19 +656,31 @@ fn throughput(settings: &Settings, open_loop: &Path, scene: &Scene) -> Value {
     let producers: u64 = 2;
     let to_file = paced_steps(settings, open_loop, scene, producers, LineSink::File);
     let to_pipe = paced_steps(settings, open_loop, scene, producers, LineSink::Pipe);
+    let collector = collector::Collector::start();
+    let to_file_and_otlp = paced_steps(
+        settings,
+        open_loop,
+        scene,
+        producers,
+        LineSink::FileAndOtlp(&collector),
+    );
     let folded = folded_flood(settings, open_loop, scene, producers);
-    json!({ "producers": producers, "to_file": to_file, "to_pipe": to_pipe, "folded_flood": folded })
+    json!({ "producers": producers, "to_file": to_file, "to_pipe": to_pipe,
+            "to_file_and_otlp": to_file_and_otlp, "folded_flood": folded })
 }
 
 /// Where watch's lines go in a throughput run.
-#[derive(Clone, Copy, PartialEq)]
-enum LineSink {
+#[derive(Clone, Copy)]
+enum LineSink<'a> {
     /// `> file` in the work directory: every line is copied into page-cache
     /// memory the kernel must find for it.
     File,
     /// `| reader`: a thread of the bench reads the pipe and counts lines, as
     /// a log shipper would; the pipe's few pages are used over and over.
     Pipe,
+    /// `> file` and `--otlp` to a collector that counts what arrives: each
+    /// record also rendered twice more, queued, batched and sent.
+    FileAndOtlp(&'a collector::Collector),
 }
 
 /// The lines watch wrote, counted once it has stopped.
@@ -699,6 +729,11 @@ fn watch_into_sink(
             let (child, stderr) = watch_into_file(args, out_file);
             (child, stderr, LinesOut::File(out_file.to_path_buf()))
         }
+        LineSink::FileAndOtlp(collector) => {
+            let args = [args, &["--otlp", &collector.url]].concat();
+            let (child, stderr) = watch_into_file(&args, out_file);
+            (child, stderr, LinesOut::File(out_file.to_path_buf()))
+        }
         LineSink::Pipe => {
             let (mut child, stderr) = watch_with_stdout(args, Stdio::piped());
             let pipe = child.stdout.take().expect("watch's stdout");
@@ -723,11 +758,14 @@ fn paced_steps(
     let mut line_bytes = 0.0f64;
     let mut sink_before = None;
     let out_file = scene.regular_file.with_file_name("throughput.jsonl");
-    let rates: Vec<f64> = std::iter::once(0.0)
-        .chain([
+    // The OTLP export's own thread tops out far lower: finer steps there.
+    let paced: &[f64] = match sink {
+        LineSink::FileAndOtlp(_) => &[5e3, 10e3, 20e3, 30e3, 40e3, 50e3, 75e3, 100e3],
+        _ => &[
             50e3, 100e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3, 600e3, 800e3,
-        ])
-        .collect();
+        ],
+    };
+    let rates: Vec<f64> = std::iter::once(0.0).chain(paced.iter().copied()).collect();
     for rate in rates {
         let (mut child, stderr, lines_out) = watch_into_sink(
             &["--fold", "0", "--major", &scene.major.to_string()],
@@ -740,6 +778,8 @@ fn paced_steps(
             (rate / producers as f64 * settings.seconds as f64) as u64
         };
         let cpu_before = watch_thread_cpu(child.id());
+        let otlp_cpu_before = thread_cpu(child.id(), "otlp");
+        let otlp_before = otlp_collector(sink).map(|c| c.records());
         let producers_cpu_before = waited_children_cpu();
         let reported_before = reported_to_host_kib();
         let started = Instant::now();
@@ -760,6 +800,7 @@ fn paced_steps(
         let producers_cpu = waited_children_cpu() - producers_cpu_before;
         thread::sleep(Duration::from_millis(300)); // let watch drain
         let cpu_after = watch_thread_cpu(child.id());
+        let otlp_cpu_after = thread_cpu(child.id(), "otlp");
         let reported = reported_before
             .zip(reported_to_host_kib())
             .map(|(before, after)| after.saturating_sub(before) as f64 / 1024.0);
@@ -767,8 +808,14 @@ fn paced_steps(
         let summary = stop_for_summary(&mut child, stderr);
         let events = summary_number(&summary, "events");
         let lost = summary_number(&summary, "lost");
-        let (received, bytes) = lines_out.count();
-        if rate == 0.0 && received > 0 && sink == LineSink::File {
+        let (lines, bytes) = lines_out.count();
+        // The exporter has finished (sent or counted all) once watch is gone.
+        let otlp_received = otlp_collector(sink)
+            .zip(otlp_before)
+            .map(|(c, before)| c.records() - before);
+        let otlp_dropped = summary_number(&summary, "otlp dropped");
+        let received = otlp_received.map_or(lines, |r| r.min(lines));
+        if rate == 0.0 && received > 0 && matches!(sink, LineSink::File) {
             // What the file system alone takes in lines of this size, right
             // before the paced steps: the ceiling any writer of them has.
             line_bytes = bytes as f64 / received as f64;
@@ -785,6 +832,8 @@ fn paced_steps(
             "produced": produced, "received": received, "lost": lost, "events_per_s": rate_seen,
             "event_thread_us_per_line": per_line(cpu_before.0, cpu_after.0),
             "output_thread_us_per_line": per_line(cpu_before.1, cpu_after.1),
+            "otlp_thread_us_per_record": otlp_received.map(|_| per_line(otlp_cpu_before, otlp_cpu_after)),
+            "otlp_received": otlp_received, "otlp_dropped": otlp_received.map(|_| otlp_dropped),
             // What one denied open costs its producer (the kernel's open path
             // and our programs): the CPUs the producers take at a given rate.
             "producer_us_per_denial": 1e6 * producers_cpu / produced.max(1) as f64,
@@ -793,7 +842,7 @@ fn paced_steps(
             // file pays a fault in the hypervisor for.
             "reported_to_host_mib": reported,
         }));
-        if lost == 0 && received == produced {
+        if lost == 0 && received == produced && otlp_dropped == 0 {
             best_zero_loss = best_zero_loss.max(rate_seen);
         } else if rate > 0.0 {
             break;
@@ -812,12 +861,13 @@ fn paced_steps(
         let watch = cost("event_thread_us_per_line").max(cost("output_thread_us_per_line"));
         let total = cost("producer_us_per_denial")
             + cost("event_thread_us_per_line")
-            + cost("output_thread_us_per_line");
+            + cost("output_thread_us_per_line")
+            + cost("otlp_thread_us_per_record");
         json!({ "at_rate": s["target_rate"], "us_per_event": total, "cpus": cpus(),
                 "cpus_carry_events_per_s": cpus() as f64 * 1e6 / total,
                 "watch_alone_events_per_s": 1e6 / watch })
     });
-    json!({ "sink": match sink { LineSink::File => "file", LineSink::Pipe => "pipe" },
+    json!({ "sink": match sink { LineSink::File => "file", LineSink::Pipe => "pipe", LineSink::FileAndOtlp(_) => "file and otlp" },
             "steps": steps, "highest_zero_loss_events_per_s": best_zero_loss,
             "cpu_budget": cpu_budget,
             "line_bytes": (line_bytes > 0.0).then_some(line_bytes),
@@ -1114,19 +1164,28 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// User and system CPU time so far of `pid`'s event thread (the process's
 /// first) and of its output thread, in seconds.
 fn watch_thread_cpu(pid: u32) -> (f64, f64) {
-    let output = fs::read_dir(format!("/proc/{pid}/task"))
+    (
+        stat_cpu_seconds(&format!("/proc/{pid}/task/{pid}/stat")),
+        thread_cpu(pid, "gpu-trace-sink"),
+    )
+}
+
+/// User and system CPU time so far of `pid`'s threads named `name`.
+fn thread_cpu(pid: u32, name: &str) -> f64 {
+    fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|task| {
-            fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == "gpu-trace-sink")
-        })
+        .filter(|task| fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name))
         .map(|task| stat_cpu_seconds(&task.path().join("stat").to_string_lossy()))
-        .sum();
-    (
-        stat_cpu_seconds(&format!("/proc/{pid}/task/{pid}/stat")),
-        output,
-    )
+        .sum()
+}
+
+fn otlp_collector<'a>(sink: LineSink<'a>) -> Option<&'a collector::Collector> {
+    match sink {
+        LineSink::FileAndOtlp(collector) => Some(collector),
+        _ => None,
+    }
 }
 
 /// User and system CPU time of this process's children that were waited
@@ -1489,6 +1548,7 @@ fn print_tables(results: &Value) {
         }
     }
     print_repeated_denial(&mut out, &results["repeated_denial"]);
+    liveness::print(&mut out, &results["liveness"]);
     let t = &results["throughput"];
     if t.is_null() {
         print_startup(&mut out, &results["startup"]);
@@ -1501,6 +1561,10 @@ fn print_tables(results: &Value) {
         (
             "to_pipe",
             "watch --format json | a reader that counts lines",
+        ),
+        (
+            "to_file_and_otlp",
+            "watch --format json > file --otlp URL, to a collector that counts records",
         ),
     ] {
         print_paced_steps(&mut out, &t[sink], &t["producers"], title);
@@ -1595,6 +1659,13 @@ fn print_paced_steps(out: &mut impl Write, t: &Value, producers: &Value, title: 
             s["event_thread_us_per_line"].as_f64().unwrap_or(0.0),
             s["output_thread_us_per_line"].as_f64().unwrap_or(0.0),
         );
+        if let Some(otlp) = s["otlp_thread_us_per_record"].as_f64() {
+            let _ = writeln!(
+                out,
+                "        OTLP: {} records at the collector, {} dropped; the exporter thread {otlp:.2} µs per record",
+                s["otlp_received"], s["otlp_dropped"],
+            );
+        }
     }
     let _ = writeln!(
         out,

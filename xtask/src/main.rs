@@ -89,7 +89,7 @@ enum Task {
         /// Where the machine-readable summary goes.
         #[arg(long, default_value = "bench/results.json")]
         json: PathBuf,
-        /// Run one group only: overhead, throughput, startup, tenants, workload,
+        /// Run one group only: overhead, throughput, liveness, startup, tenants, workload,
         /// or guests (the open overhead inside the kernel matrix's qemu guests).
         #[arg(long)]
         only: Option<String>,
@@ -577,10 +577,11 @@ fn bench(
     only: Option<&str>,
     kernels: &[guest::kernels::Series],
 ) -> anyhow::Result<()> {
-    const GROUPS: [&str; 7] = [
+    const GROUPS: [&str; 8] = [
         "overhead",
         "repeats",
         "throughput",
+        "liveness",
         "startup",
         "tenants",
         "workload",

@@ -799,6 +799,11 @@ fn paced_steps(
         // Only the producers were waited for since: watch is waited for below.
         let producers_cpu = waited_children_cpu() - producers_cpu_before;
         thread::sleep(Duration::from_millis(300)); // let watch drain
+        if let Some(collector) = otlp_collector(sink) {
+            // The exporter's backlog too, before its CPU is read: a record
+            // sent after the stop would count without its cost.
+            collector.wait_until_quiet();
+        }
         let cpu_after = watch_thread_cpu(child.id());
         let otlp_cpu_after = thread_cpu(child.id(), "otlp");
         let reported = reported_before

@@ -54,6 +54,21 @@ impl Collector {
         self.received.records.load(Ordering::Relaxed)
     }
 
+    /// Once no record has arrived for a second (a batch waits at most half
+    /// of one), or after 30 s.
+    pub fn wait_until_quiet(&self) {
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = self.records();
+        while std::time::Instant::now() < give_up {
+            thread::sleep(std::time::Duration::from_secs(1));
+            let now = self.records();
+            if now == seen {
+                return;
+            }
+            seen = now;
+        }
+    }
+
     /// The probe's latencies noted so far, emptied.
     pub fn take_probe_latencies(&self) -> Vec<f64> {
         std::mem::take(&mut *self.received.probe_latencies.lock().expect("lock"))

@@ -79,7 +79,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     } else {
         FollowDrivers::EndOnError
     };
-    runtime.block_on(async {
+    let looped = runtime.block_on(async {
         let mut signals = StopSignals::take()?;
         if let (Some(metrics), Some(addr)) = (output.metrics, args.metrics) {
             metrics.serve(addr)?;
@@ -89,7 +89,15 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         // the loop watches what it waits on.
         let ready = |session: &Session| announce(&session.tracer, &config);
         event_loop(&mut session, &mut output, &mut signals, drivers, ready).await
-    })?;
+    });
+    if let Err(error) = looped {
+        // Even so, every record handed to the exporter is sent or counted.
+        if let Some(exporter) = otlp {
+            let (sent, dropped) = exporter.finish();
+            eprintln!("gpu-trace: otlp sent {sent}, otlp dropped {dropped}");
+        }
+        return Err(error);
+    }
     let tally = output.tally;
     sink.finish(); // every line written before the counts are read
     let lost = session.tracer.lost_events();

@@ -43,7 +43,7 @@ const BATCH_WAIT: Duration = Duration::from_millis(500);
 const TRIES: u32 = 5;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// Each request gives up after this long.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// At the end, what is still queued gets this long to go out.
 const FINISH_WITHIN: Duration = Duration::from_secs(5);
 /// The roots an https:// collector's certificate is checked against when
@@ -83,12 +83,24 @@ pub struct OtlpExporter {
 
 /// Where to send, with which headers (a bearer token, a tenant id), and
 /// for https:// which CAs to trust.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OtlpTarget {
     pub url: String,
     pub headers: Vec<(String, String)>,
     /// None for http://.
     pub roots: Option<TrustedRoots>,
+}
+
+/// The headers' names only: their values are secrets.
+impl fmt::Debug for OtlpTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("OtlpTarget")
+            .field("url", &self.url)
+            .field("header_names", &names)
+            .field("roots", &self.roots)
+            .finish()
+    }
 }
 
 /// The CA certificates a collector's certificate must chain to, read once
@@ -228,12 +240,14 @@ fn read_headers(file: &Path) -> anyhow::Result<Vec<(String, String)>> {
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("reading --otlp-headers {}", file.display()))?;
     let mut headers = Vec::new();
-    for line in text.lines().map(str::trim) {
+    // Errors name the line by number only: it may hold a secret.
+    for (number, line) in text.lines().map(str::trim).enumerate() {
+        let number = number + 1;
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let Some((name, value)) = line.split_once(':') else {
-            bail!("{}: {line:?} is not `Name: value`", file.display());
+            bail!("{} line {number} is not `Name: value`", file.display());
         };
         let name = name.trim();
         let valid = !name.is_empty()
@@ -242,7 +256,7 @@ fn read_headers(file: &Path) -> anyhow::Result<Vec<(String, String)>> {
                 .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
         if !valid || value.bytes().any(|b| b.is_ascii_control()) {
             bail!(
-                "{}: {name:?} is not a header name and value",
+                "{} line {number} is not a header name and value",
                 file.display()
             );
         }
@@ -274,6 +288,11 @@ impl OtlpExporter {
     /// Hands a written record over; never waits. Past the queue's bound it
     /// is counted as dropped.
     pub fn send(&self, record: &Record) {
+        // A full queue: dropped before the cost of rendering it.
+        if self.counts.queued_bytes.load(Ordering::Acquire) >= QUEUE_LIMIT_BYTES {
+            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut human = Vec::new();
         let mut json = Vec::new();
         let _ = write_record(&mut human, Format::Human, false, record);
@@ -323,9 +342,15 @@ impl OtlpExporter {
 /// The exporter thread: batches, requests, retries; ends when the queue's
 /// sender is gone and the queue is empty, or at the end's deadline.
 fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCounts) {
+    // No redirect (it would turn the POST into a GET that could count as
+    // sent, and carry the headers elsewhere), no proxy from the environment
+    // (the headers are secrets): the collector named, or nothing.
     let mut config = ureq::Agent::config_builder()
         .timeout_global(Some(REQUEST_TIMEOUT))
-        .http_status_as_error(false);
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .https_only(target.roots.is_some());
     if let Some(roots) = &target.roots {
         config = config.tls_config(
             TlsConfig::builder()
@@ -388,8 +413,19 @@ fn send_with_retries(
 ) -> bool {
     let mut backoff = FIRST_BACKOFF;
     for attempt in 1..=TRIES {
+        // At the end, a try gets what is left of the time, no more.
+        let timeout = match ending.get() {
+            Some(end) => match end.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left.min(REQUEST_TIMEOUT),
+                _ => return false,
+            },
+            None => REQUEST_TIMEOUT,
+        };
         let mut post = agent
             .post(&target.url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
             .header("Content-Type", "application/x-protobuf");
         for (name, value) in &target.headers {
             post = post.header(name, value);

@@ -53,35 +53,14 @@ pub(crate) fn otlp_counts(stderr: &[String]) -> (u64, u64) {
     (number("otlp sent "), number("otlp dropped "))
 }
 
-#[test]
-fn a_denial_reaches_the_collector_as_a_warning_with_its_fields() {
-    let incident = or_skip!(incident_test, "otlp");
-    let addr = free_local_addr();
-    let receiver = OtlpReceiver::start(&addr);
-    let metrics = free_local_addr();
-    let url = format!("http://{addr}");
-    let watcher = incident.watch(&["--format", "json", "--otlp", &url, "--metrics", &metrics]);
-    let pid = incident.deny_once();
-    let event = watcher.wait_for_events(pid, 1).remove(0);
-    let records = wait_for_records(&receiver, 1);
-    // The metrics catch up within a tick.
-    let sent = format!(
-        "gpu_trace_otlp_records_total{{result=\"sent\"}} {}",
-        records.len()
-    );
-    let deadline = Instant::now() + WAIT;
-    while !scrape(&metrics).lines().any(|l| l == sent) {
-        assert!(
-            Instant::now() < deadline,
-            "no {sent:?} in {}",
-            scrape(&metrics)
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
-    assert!(scrape(&metrics).contains("gpu_trace_otlp_records_total{result=\"dropped\"} 0"));
-    let (status, stderr) = watcher.stop();
-    assert!(status.success(), "{stderr:#?}");
-
+/// The record of `pid`'s denial among `records`, checked field by field
+/// against the JSON line watch wrote for it (`event`).
+pub(crate) fn assert_is_the_record_of(
+    records: &[LogRecord],
+    pid: u32,
+    event: &Value,
+    incident: &Incident,
+) {
     let record = records
         .iter()
         .find(|r| attribute(r, "process.pid") == Some(&Any::IntValue(pid.into())))
@@ -118,6 +97,38 @@ fn a_denial_reaches_the_collector_as_a_warning_with_its_fields() {
         attribute(record, "container.id"),
         Some(&text(&event["container"]["id"]))
     );
+}
+
+#[test]
+fn a_denial_reaches_the_collector_as_a_warning_with_its_fields() {
+    let incident = or_skip!(incident_test, "otlp");
+    let addr = free_local_addr();
+    let receiver = OtlpReceiver::start(&addr);
+    let metrics = free_local_addr();
+    let url = format!("http://{addr}");
+    let watcher = incident.watch(&["--format", "json", "--otlp", &url, "--metrics", &metrics]);
+    let pid = incident.deny_once();
+    let event = watcher.wait_for_events(pid, 1).remove(0);
+    let records = wait_for_records(&receiver, 1);
+    // The metrics catch up within a tick.
+    let sent = format!(
+        "gpu_trace_otlp_records_total{{result=\"sent\"}} {}",
+        records.len()
+    );
+    let deadline = Instant::now() + WAIT;
+    while !scrape(&metrics).lines().any(|l| l == sent) {
+        assert!(
+            Instant::now() < deadline,
+            "no {sent:?} in {}",
+            scrape(&metrics)
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(scrape(&metrics).contains("gpu_trace_otlp_records_total{result=\"dropped\"} 0"));
+    let (status, stderr) = watcher.stop();
+    assert!(status.success(), "{stderr:#?}");
+
+    assert_is_the_record_of(&records, pid, &event, &incident);
     let (sent, dropped) = otlp_counts(&stderr);
     assert_eq!((sent, dropped), (records.len() as u64, 0), "{stderr:#?}");
 }
@@ -223,6 +234,36 @@ fn a_flood_towards_a_collector_that_is_down_holds_watchs_memory_to_the_queues_bo
     // batch's retries.
     assert!(
         stopped_in < Duration::from_secs(10),
+        "stopped in {stopped_in:?}"
+    );
+}
+
+#[test]
+fn a_collector_that_accepts_and_never_answers_does_not_hold_watchs_stop() {
+    let incident = or_skip!(incident_test, "otlp-hang");
+    // Connections accepted and held open, never read nor answered.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let watcher = incident.watch(&["--format", "json", "--fold", "0", "--otlp", &url]);
+    for _ in 0..3 {
+        let pid = incident.deny_once();
+        watcher.wait_for_events(pid, 1);
+    }
+    // The first batch is under way, its request hanging.
+    thread::sleep(Duration::from_secs(1));
+    let stopping = Instant::now();
+    let (status, stderr, lines) = watcher.stop_with_lines();
+    let stopped_in = stopping.elapsed();
+    assert!(status.success(), "{stderr:#?}");
+    let (sent, dropped) = otlp_counts(&stderr);
+    assert_eq!((sent, dropped), (0, lines.len() as u64), "{stderr:#?}");
+    // The request under way times out (5 s); nothing starts past the end's 5 s.
+    assert!(
+        stopped_in < Duration::from_secs(8),
         "stopped in {stopped_in:?}"
     );
 }

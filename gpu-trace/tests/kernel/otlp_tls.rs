@@ -3,11 +3,10 @@
 //! signed gets nothing, and every record is counted as dropped.
 
 use gpu_trace::stream::otlp::SYSTEM_ROOTS;
-use opentelemetry_proto::tonic::{common::v1::any_value::Value as Any, logs::v1::SeverityNumber};
 
 use crate::{
     common::*,
-    otlp::{attribute, otlp_counts, wait_for_records},
+    otlp::{assert_is_the_record_of, otlp_counts, wait_for_records},
     otlp_receiver::OtlpReceiver,
 };
 
@@ -35,38 +34,7 @@ fn a_denial_reaches_a_collector_over_tls_with_its_ca_given() {
         "{stderr:#?}"
     );
 
-    let record = records
-        .iter()
-        .find(|r| attribute(r, "process.pid") == Some(&Any::IntValue(pid.into())))
-        .unwrap_or_else(|| panic!("no record of pid {pid}: {records:#?}"));
-    assert_eq!(record.severity_number, SeverityNumber::Warn as i32);
-    assert_eq!(record.severity_text, "WARN");
-    let Some(Any::StringValue(body)) = record.body.as_ref().and_then(|b| b.value.as_ref()) else {
-        panic!("no body: {record:#?}");
-    };
-    assert!(body.contains("DENIED"), "{body}");
-    assert!(record.time_unix_nano > 0);
-    let text = |v: &Value| Any::StringValue(v.as_str().expect("text").to_string());
-    assert_eq!(
-        attribute(record, "process.command"),
-        Some(&text(&event["comm"]))
-    );
-    assert_eq!(
-        attribute(record, "gpu_trace.verdict"),
-        Some(&Any::StringValue("denied".into()))
-    );
-    assert_eq!(
-        attribute(record, "gpu_trace.major"),
-        Some(&Any::IntValue(incident.uvm_major.into()))
-    );
-    assert_eq!(
-        attribute(record, "gpu_trace.cause"),
-        Some(&text(&event["cause"]))
-    );
-    assert_eq!(
-        attribute(record, "container.id"),
-        Some(&text(&event["container"]["id"]))
-    );
+    assert_is_the_record_of(&records, pid, &event, &incident);
     let (sent, dropped) = otlp_counts(&stderr);
     assert_eq!((sent, dropped), (records.len() as u64, 0), "{stderr:#?}");
 }
@@ -77,9 +45,15 @@ fn a_collector_whose_ca_is_not_trusted_gets_nothing_and_every_record_is_dropped(
     let addr = free_local_addr();
     let (receiver, _ca) = OtlpReceiver::start_tls(&addr);
     let url = format!("https://{addr}");
-    if !Path::new(SYSTEM_ROOTS).exists() {
+    let args = ["--format", "json", "--fold", "0", "--otlp", &url];
+    let unrelated = tempfile::tempdir().expect("temp dir");
+    let unrelated_ca = unrelated.path().join("unrelated-ca.pem");
+    let trusted = if Path::new(SYSTEM_ROOTS).exists() {
+        // The system's roots, which do not know the receiver's CA.
+        SYSTEM_ROOTS.to_string()
+    } else {
         // No system roots to fall back on (the test VMs' busybox): watch
-        // refuses to start, and says which file and flag.
+        // refuses to start, and says which file and flag ...
         let out = Command::new(gpu_trace())
             .args(["watch", "--otlp", &url])
             .output()
@@ -88,10 +62,15 @@ fn a_collector_whose_ca_is_not_trusted_gets_nothing_and_every_record_is_dropped(
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(SYSTEM_ROOTS), "{stderr}");
         assert!(stderr.contains("--otlp-ca"), "{stderr}");
-        return;
-    }
-    // The system's roots, which do not know the receiver's CA.
-    let mut watcher = incident.watch(&["--format", "json", "--fold", "0", "--otlp", &url]);
+        // ... and the refusal is tested with a CA that signed nothing here.
+        fs::write(&unrelated_ca, OtlpReceiver::unrelated_ca_pem()).expect("write the CA");
+        unrelated_ca.display().to_string()
+    };
+    let mut watcher = if trusted == SYSTEM_ROOTS {
+        incident.watch(&args)
+    } else {
+        incident.watch(&[&args[..], &["--otlp-ca", &trusted]].concat())
+    };
     let pid = incident.deny_once();
     watcher.wait_for_events(pid, 1);
     watcher.wait_for_stderr(TLS_FAILURE);
@@ -104,7 +83,7 @@ fn a_collector_whose_ca_is_not_trusted_gets_nothing_and_every_record_is_dropped(
         .collect();
     assert_eq!(said.len(), 1, "said once, for every try: {stderr:#?}");
     assert!(said[0].contains("certificate"), "{}", said[0]);
-    assert!(said[0].contains(SYSTEM_ROOTS), "{}", said[0]);
+    assert!(said[0].contains(&trusted), "{}", said[0]);
     assert!(receiver.records().is_empty());
     let written = lines.len() as u64;
     assert!(written >= 1);

@@ -43,12 +43,7 @@ impl OtlpReceiver {
     /// by a CA made here and thrown away with it; returns, besides, that
     /// CA's certificate (PEM), which no system trusts.
     pub fn start_tls(addr: &str) -> (Self, String) {
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca = CertificateParams::new(Vec::new()).expect("CA parameters");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, "gpu-trace test CA");
-        let ca = CertifiedIssuer::self_signed(ca, ca_key).expect("CA certificate");
+        let ca = throwaway_ca();
         let server_key = KeyPair::generate().expect("server key");
         let server = CertificateParams::new(["127.0.0.1".to_string(), "localhost".to_string()])
             .expect("server parameters")
@@ -66,6 +61,11 @@ impl OtlpReceiver {
             .expect("server TLS config");
         let receiver = Self::start_with(addr, Some(TlsAcceptor::from(Arc::new(config))));
         (receiver, ca.pem())
+    }
+
+    /// A CA of the test's own that signed nothing this receiver serves.
+    pub fn unrelated_ca_pem() -> String {
+        throwaway_ca().pem()
     }
 
     fn start_with(addr: &str, tls: Option<TlsAcceptor>) -> Self {
@@ -181,4 +181,14 @@ async fn receive(
         .header("content-type", "application/x-protobuf")
         .body(Full::new(Bytes::from(answer)))
         .unwrap())
+}
+
+/// A CA made now, trusted by nothing but what the test gives it to.
+fn throwaway_ca() -> CertifiedIssuer<'static, KeyPair> {
+    let key = KeyPair::generate().expect("CA key");
+    let mut ca = CertificateParams::new(Vec::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "gpu-trace test CA");
+    CertifiedIssuer::self_signed(ca, key).expect("CA certificate")
 }

@@ -4,7 +4,7 @@ use std::{collections::BTreeMap, fs, io};
 
 use crate::model::{
     node::{NVIDIA_DYNAMIC_DRIVERS, NVIDIA_FRONTEND_MAJOR},
-    vendor::{ACCEL_MAJOR, DRM_MAJOR, DYNAMIC_ACCELERATOR_DRIVERS},
+    vendor::{ACCEL_MAJOR, DRM_MAJOR, DYNAMIC_ACCELERATOR_DRIVERS, NEIGHBOUR_DRIVERS},
 };
 
 /// The char-device section of /proc/devices: major -> driver name.
@@ -99,14 +99,19 @@ impl CharMajors {
     }
 
     /// Majors watched by default: NVIDIA's, the other accelerators' dynamic
-    /// ones (AMD's kfd, Habana's legacy driver) when registered, and the
-    /// fixed DRM (226) and accel (261) majors every vendor shares.
+    /// ones (AMD's kfd, Habana's legacy driver) and the devices next to the
+    /// GPU (RDMA, IMEX, GPUDirect, VFIO) when registered, and the fixed DRM
+    /// (226) and accel (261) majors every vendor shares.
     pub fn accelerator_majors(&self) -> Vec<u32> {
         let mut majors = self.nvidia_majors();
+        let watched = |name: &str| {
+            DYNAMIC_ACCELERATOR_DRIVERS.contains(&name)
+                || NEIGHBOUR_DRIVERS.iter().any(|(n, ..)| *n == name)
+        };
         majors.extend(
             self.0
                 .iter()
-                .filter(|(_, name)| DYNAMIC_ACCELERATOR_DRIVERS.contains(&name.as_str()))
+                .filter(|(_, name)| watched(name))
                 .map(|(&major, _)| major),
         );
         majors.extend([DRM_MAJOR, ACCEL_MAJOR]);
@@ -179,6 +184,20 @@ Block devices:
             "Character devices:\n  1 mem\n195 nvidia\n226 drm\n261 accel\n509 nvidia-uvm\n511 kfd\n",
         );
         assert_eq!(majors.accelerator_majors(), vec![195, 226, 261, 509, 511]);
+    }
+
+    #[test]
+    fn the_devices_next_to_the_gpu_are_watched_where_registered() {
+        let majors = CharMajors::parse(
+            "Character devices:\n 10 misc\n195 nvidia\n231 infiniband_verbs\n231 infiniband_mad\n235 vfio\n503 nvidia-fs\n504 gdrdrv\n505 nvidia-caps-imex-channels\n506 infiniband_verbs\n",
+        );
+        assert_eq!(
+            majors.accelerator_majors(),
+            vec![195, 226, 231, 235, 261, 503, 504, 505, 506]
+        );
+        // Not where their drivers are not registered.
+        let plain = CharMajors::parse("Character devices:\n195 nvidia\n");
+        assert_eq!(plain.accelerator_majors(), vec![195, 226, 261]);
     }
 
     #[test]

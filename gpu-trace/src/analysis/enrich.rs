@@ -16,13 +16,16 @@ use crate::{
         resolver::CgroupResolver,
     },
     host::{
-        clock::BootClock, nvidia_gpus::NvidiaGpus, proc_devices::CharMajors,
-        sysfs_devices::device_facts,
+        clock::BootClock,
+        nvidia_gpus::NvidiaGpus,
+        proc_devices::CharMajors,
+        sysfs_devices::{device_facts, rdma_nic},
     },
     model::{
         access::DeviceAccess,
         container::Container,
         gpu::{GpuIdentity, MigCapability},
+        nic::RdmaNic,
         node::{major_owner, node_name, NvidiaNode},
         record::{Record, RecordKind},
         rendered::Rendered,
@@ -45,6 +48,8 @@ pub struct Enricher {
     started: FxHashMap<u64, Option<FirstProcess>>,
     /// sysfs facts of DRM and accel nodes, by device number.
     device_facts: FxHashMap<(u32, u32), DeviceFacts>,
+    /// RDMA nodes' NICs, bounded as device_facts is.
+    nics: FxHashMap<(u32, u32), Option<Rc<Rendered<RdmaNic>>>>,
     /// The NVIDIA driver's GPUs and MIG capabilities, and when last read.
     gpus: NvidiaGpus,
     gpus_read_at: Option<Instant>,
@@ -80,6 +85,7 @@ impl Enricher {
             clock: BootClock::now(),
             started: FxHashMap::default(),
             device_facts: FxHashMap::default(),
+            nics: FxHashMap::default(),
             gpus: NvidiaGpus::default(),
             gpus_read_at: None,
         }
@@ -115,6 +121,17 @@ impl Enricher {
             }
             _ => (None, None),
         }
+    }
+
+    /// The NIC of an RDMA node, from sysfs once per node.
+    fn nic_of(&mut self, major: u32, minor: u32) -> Option<Rc<Rendered<RdmaNic>>> {
+        if self.nics.len() >= DEVICE_FACTS_LIMIT {
+            self.nics.clear();
+        }
+        self.nics
+            .entry((major, minor))
+            .or_insert_with(|| rdma_nic(major, minor).map(|nic| Rc::new(Rendered::new(nic))))
+            .clone()
     }
 
     /// From the event loop's tick: lets a cgroup walk asked for by a miss
@@ -239,6 +256,9 @@ impl Enricher {
             vendor_of_path(&access, node)
         };
         let (gpu, mig) = self.gpu_of(node);
+        let nic = (role == Some(Role::Rdma))
+            .then(|| self.nic_of(access.major, access.minor))
+            .flatten();
         let cgroup = self.cgroups.resolve(access.cgroup_id).map(PathBuf::from);
         let container = self.container(access.cgroup_id, cgroup.as_ref());
         let time = self.clock.wall_time(access.boot_ns);
@@ -255,6 +275,7 @@ impl Enricher {
             device,
             node,
             gpu,
+            nic,
             mig,
             allocation: None,
             denied_by: None,

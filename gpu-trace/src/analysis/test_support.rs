@@ -71,6 +71,7 @@ pub fn record(
         driver,
         device: node.map(NvidiaNode::name),
         node,
+        nic: None,
         gpu: None,
         mig: None,
         allocation: None,

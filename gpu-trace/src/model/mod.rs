@@ -9,6 +9,7 @@ pub mod denied_by;
 pub mod diagnosis;
 pub mod exit_status;
 pub mod gpu;
+pub mod nic;
 pub mod node;
 pub mod policy_writer;
 pub mod record;

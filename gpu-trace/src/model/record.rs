@@ -10,6 +10,7 @@ use crate::model::{
     denied_by::DeniedBy,
     diagnosis::Diagnosis,
     gpu::{GpuIdentity, MigCapability},
+    nic::RdmaNic,
     node::NvidiaNode,
     rendered::Rendered,
     vendor::{Role, Vendor},
@@ -36,6 +37,8 @@ pub struct Record {
     /// The GPU a GPU node (or a MIG capability node of one GPU) stands for,
     /// from the driver's /proc/driver/nvidia/gpus.
     pub gpu: Option<Rc<Rendered<GpuIdentity>>>,
+    /// For an RDMA node: the NIC it belongs to.
+    pub nic: Option<Rc<Rendered<RdmaNic>>>,
     /// What a MIG capability node stands for (/proc/driver/nvidia-caps).
     pub mig: Option<Rc<Rendered<MigCapability>>>,
     /// For a GPU denied to a Kubernetes container: whether the kubelet

@@ -94,8 +94,13 @@ pub fn write_human(
 /// The event on one line after its time and verdict, before terminal escaping.
 /// " [GPU-… 0000:18:00.0]", " [MIG gpu 3 gi 1 ci 0 of GPU-…]": which GPU
 /// a node is, as the driver names it (its text checked when read), and
-/// for a pod's denial whether the kubelet allocated it to the container.
+/// for a pod's denial whether the kubelet allocated it to the container;
+/// " [NIC mlx5_0 on eth0]" for an RDMA node.
 fn which_gpu(record: &Record) -> String {
+    if let Some(nic) = record.nic.as_deref() {
+        // Names checked plain when read from sysfs.
+        return format!(" [NIC {}]", &**nic);
+    }
     let gpu = record
         .gpu
         .as_deref()
@@ -291,6 +296,9 @@ fn write_json(out: &mut Vec<u8>, record: &Record) {
     if let Some(gpu) = record.gpu.as_deref() {
         o.raw("gpu", gpu.json());
     }
+    if let Some(nic) = record.nic.as_deref() {
+        o.raw("nic", nic.json());
+    }
     if let Some(mig) = record.mig.as_deref() {
         o.raw("mig", mig.json());
     }
@@ -383,6 +391,7 @@ mod tests {
             driver: Some("nvidia-uvm".into()),
             device: Some("nvidia-uvm".into()),
             node: Some(crate::model::node::NvidiaNode::Uvm),
+            nic: None,
             gpu: None,
             mig: None,
             allocation: None,
@@ -490,6 +499,24 @@ mod tests {
         );
         let (json, _) = json_of(&r);
         assert!(json.contains(r#""role":null,"gpu":{"uuid":"GPU-6f1b","pci_bus_id":"0000:18:00.0","minor":3},"mig":{"capability":"compute-instance","gpu":3,"gi":1,"ci":0},"type""#), "{json}");
+    }
+
+    #[test]
+    fn an_rdma_node_says_which_nic() {
+        use crate::model::nic::RdmaNic;
+        let mut r = record(b"all_reduce_perf", b"/dev/infiniband/uverbs0");
+        r.role = Some(Role::Rdma);
+        r.nic = Some(std::rc::Rc::new(Rendered::new(RdmaNic {
+            rdma_device: "rxe0".into(),
+            netdev: Some("eth0".into()),
+        })));
+        let line = human_line(&r);
+        assert!(line.contains(" [NIC rxe0 on eth0]  "), "{line}");
+        let (json, _) = json_of(&r);
+        assert!(
+            json.contains(r#""role":"rdma","nic":{"rdma_device":"rxe0","netdev":"eth0"},"type""#),
+            "{json}"
+        );
     }
 
     #[test]

@@ -404,6 +404,7 @@ mod tests {
             driver: None,
             device: None,
             node: None,
+            nic: None,
             gpu: None,
             mig: None,
             allocation: None,

@@ -5,6 +5,7 @@ pub mod cdi_specs;
 pub mod cgroup_handle;
 pub mod cgroup_tree;
 pub mod clock;
+pub mod device_node;
 pub mod grpc_unix;
 pub mod in_root;
 pub mod kernel_btf;

@@ -43,8 +43,13 @@ impl ContainerRuntime for Docker {
     }
 
     fn allow_device(&self, _: &Container, device: &DeviceToAllow) -> Vec<String> {
+        let toolkit = if device.gpu_node {
+            "; with the NVIDIA Container Toolkit, `--gpus` naming the GPUs it should have adds their nodes"
+        } else {
+            ""
+        };
         vec![format!(
-            "recreate the container with `--device {}` (or `--device-cgroup-rule='{} rmw'`); with the NVIDIA Container Toolkit, `--gpus` naming the GPUs it should have adds their nodes",
+            "recreate the container with `--device {}` (or `--device-cgroup-rule='{} rmw'`){toolkit}",
             command_word(device.path, NODE_PATH),
             device.rule()
         )]

@@ -74,6 +74,9 @@ pub struct DeviceToAllow<'a> {
     /// The driver's name in /proc/devices today, for rules by name
     /// (NVIDIA's frontend is "nvidia" since driver 550, "nvidia-frontend" before).
     pub driver: &'a str,
+    /// A GPU's own node, which NVIDIA's toolkit and device plugin hand
+    /// out; false for the devices next to it (RDMA, IMEX, GPUDirect, VFIO).
+    pub gpu_node: bool,
 }
 
 /// What gpu-trace knows of one runtime.
@@ -196,6 +199,7 @@ mod tests {
         major: 509,
         minor: None,
         driver: "nvidia-uvm",
+        gpu_node: true,
     };
 
     fn fix(cgroup: &str) -> String {
@@ -223,6 +227,7 @@ mod tests {
             major: 195,
             minor: Some(1),
             driver: "nvidia",
+            gpu_node: true,
         };
         for cgroup in [
             "/lxc/200",

@@ -26,9 +26,17 @@ impl Engine {
 
 /// Under Kubernetes: the device plugin or CDI (containerd and CRI-O alike).
 pub(super) fn kubernetes_allow(device: &DeviceToAllow) -> Vec<String> {
+    let request = if device.gpu_node {
+        "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules"
+    } else {
+        "request the device through the device plugin or CDI spec that hands it out (an RDMA device plugin for a NIC's verbs nodes, NVIDIA's for IMEX channels, a VFIO one for passthrough) rather than hand-written device rules"
+    };
     vec![
-        "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
-        format!("the node must be allowed as {} rw in the container's device rules", device.rule()),
+        request.to_string(),
+        format!(
+            "the node must be allowed as {} rw in the container's device rules",
+            device.rule()
+        ),
     ]
 }
 

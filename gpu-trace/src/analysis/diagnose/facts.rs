@@ -9,7 +9,7 @@ use crate::{
     host::proc_devices::CharMajors,
     model::{
         access::Verdict, allocation::GpuAllocation, container::Container, denied_by::DeniedBy,
-        node::NvidiaNode, record::Record, rendered::Rendered,
+        node::NvidiaNode, record::Record, rendered::Rendered, vendor::Role,
     },
 };
 
@@ -36,6 +36,7 @@ pub(super) struct Facts {
     pub driver: Option<String>,
     pub device: Option<String>,
     pub node: Option<NvidiaNode>,
+    pub role: Option<Role>,
     /// The policy attribution found, as it cached it.
     pub culprit: Option<Same<Rendered<DeniedBy>>>,
     /// The cgroup's first process, when a program denied it.
@@ -76,6 +77,7 @@ impl Facts {
             driver: record.driver.clone(),
             device: record.device.clone(),
             node: record.node,
+            role: record.role,
             culprit: record.denied_by.clone().map(Same),
             started,
             device_allow: device_allow.cloned(),

@@ -10,6 +10,7 @@ mod causes;
 mod facts;
 mod host;
 mod phrasing;
+mod symptoms;
 #[cfg(test)]
 mod testing;
 

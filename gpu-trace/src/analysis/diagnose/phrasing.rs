@@ -2,15 +2,17 @@
 //! and the node are named in prose, the runtime's fix for the denied
 //! device, and how a finding becomes a diagnosis.
 
+use std::path::Path;
+
 use crate::{
     analysis::diagnose::facts::Facts,
-    host::proc_devices::CharMajors,
+    host::{device_node::is_char_node, proc_devices::CharMajors},
     model::{
         denied_by::DeniedBy,
         diagnosis::{Cause, Diagnosis},
         node::{NvidiaNode, NVIDIA_FRONTEND_MAJOR},
         policy_writer::Manager,
-        vendor::DRM_MAJOR,
+        vendor::{neighbour_dev_path, Role, DRM_MAJOR},
     },
     runtime::{self, DeviceToAllow, CONTAINER, NODE_PATH},
     text::shell_word::prose,
@@ -120,19 +122,33 @@ impl Facts {
             major: self.major,
             minor: self.denied_minor(),
             driver: self.driver_name(),
+            gpu_node: !self.next_to_the_gpu(),
         })
     }
 
     /// Where the host has the denied node, for a fix to name: NVIDIA's own
-    /// path where the kernel's numbers are that node's, else udev's
-    /// `/dev/char/MAJ:MIN` for one node of many. Never the path the process
-    /// opened, which may be a tenant's own link or mknod, but for a
-    /// single-purpose major's node, whose rule is the whole major anyway.
+    /// path where the kernel's numbers are that node's; a device next to
+    /// the GPU's usual path where the host's node there has those numbers
+    /// (udev makes no /dev/char link for a node without sysfs, as IMEX
+    /// channels and gdrdrv are, and systemd skips a DeviceAllow= path that
+    /// is not there); else udev's `/dev/char/MAJ:MIN` for one node of many.
+    /// Never the path the process opened, which may be a tenant's own link
+    /// or mknod, but for a single-purpose major's node, whose rule is the
+    /// whole major anyway.
     pub fn host_node_path(&self) -> String {
         let numbers_agree = |node: NvidiaNode| {
             node.fixed_minor() == Some(self.minor)
                 && node.has_dynamic_major() != (self.major == NVIDIA_FRONTEND_MAJOR)
         };
+        let neighbour = self
+            .driver
+            .as_deref()
+            .filter(|_| self.next_to_the_gpu())
+            .and_then(|driver| neighbour_dev_path(driver, self.major, self.minor))
+            .filter(|path| is_char_node(Path::new(path), self.major, self.minor));
+        if let Some(path) = neighbour {
+            return path;
+        }
         match self.node {
             Some(node) if numbers_agree(node) => node.dev_path(),
             _ if self.denied_minor().is_some() => {
@@ -152,9 +168,17 @@ impl Facts {
     /// of many on the major (a GPU, a render node). Seen by the kernel at
     /// the device check, so the host's, not a name the tenant chose.
     pub fn denied_minor(&self) -> Option<u32> {
-        let one_of_many =
-            self.node.is_some_and(NvidiaNode::is_one_of_many) || self.major == DRM_MAJOR;
+        // The devices next to the GPU: one NIC's verbs node, one IMEX
+        // channel, one VFIO group, never every one their major serves.
+        let one_of_many = self.node.is_some_and(NvidiaNode::is_one_of_many)
+            || self.major == DRM_MAJOR
+            || self.next_to_the_gpu();
         one_of_many.then_some(self.minor)
+    }
+
+    /// A node of the devices next to the GPU (RDMA, IMEX, GPUDirect, VFIO).
+    pub fn next_to_the_gpu(&self) -> bool {
+        self.role.is_some_and(Role::is_next_to_the_gpu)
     }
 
     /// What keeps the container's rules for the denied device from being

@@ -45,6 +45,7 @@ fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
                 major,
                 minor: facts.denied_minor(),
                 driver: node.driver(),
+                gpu_node: true,
             },
         ),
     }
@@ -63,6 +64,7 @@ fn kfd(facts: &Facts) -> Finding {
             major,
             minor: None,
             driver: KFD_DRIVER,
+            gpu_node: true,
         },
     );
     Finding {

@@ -6,6 +6,7 @@ use crate::{
     analysis::diagnose::{
         facts::{Context, Facts},
         phrasing::Finding,
+        symptoms,
     },
     model::diagnosis::{Cause, Diagnosis},
 };
@@ -68,9 +69,14 @@ const fn rule(cause: Cause, find: fn(&Facts, &Context) -> Option<Finding>) -> Ru
 
 /// The first cause in the table that fits; None for an access that is fine.
 pub(super) fn first_fitting(facts: &Facts, cx: &Context) -> Option<Diagnosis> {
-    CAUSES
-        .iter()
-        .find_map(|rule| (rule.find)(facts, cx).map(|finding| finding.into_diagnosis(rule.cause)))
+    CAUSES.iter().find_map(|rule| {
+        let mut finding = (rule.find)(facts, cx)?;
+        if let Some(symptom) = facts.role.and_then(symptoms::of) {
+            finding.explanation =
+                format!("{}. {symptom}", finding.explanation.trim_end_matches('.'));
+        }
+        Some(finding.into_diagnosis(rule.cause))
+    })
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
                 major: today,
                 minor: None,
                 driver: node.driver(),
+                gpu_node: true,
             },
         ));
     }

@@ -9,6 +9,7 @@ pub mod diagnose;
 pub mod enrich;
 pub mod gpu_allocation;
 pub mod log_summary;
+pub mod neighbour_check;
 pub mod pipeline;
 pub mod policy_age;
 pub mod policy_source;

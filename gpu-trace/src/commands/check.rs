@@ -15,6 +15,7 @@ use crate::{
             cuda_usable, mark_allocations, missing_char_links, problems, same_root, view, View,
         },
         cdi_check::stale_entries,
+        neighbour_check::neighbour_nodes,
         policy_age::written_after_start,
         policy_writer::writer_of_program,
         vendor_check::{vendor_sets, VendorSet},
@@ -94,6 +95,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         &majors,
         &args.vendors,
     );
+    let neighbours = neighbour_nodes(
+        target_root.as_deref().unwrap_or(Path::new("/")),
+        &policy,
+        v1.as_ref(),
+        &majors,
+    );
     let nvidia_present = majors.driver(NVIDIA_FRONTEND_MAJOR).is_some()
         || views.iter().any(|v| !v.nodes.is_empty())
         || nvidia_uvm_loaded;
@@ -127,6 +134,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<u8> {
         cdi,
         stacks: stacks(judge_nvidia, &vendors),
         vendors,
+        neighbours,
     };
     print(&report, args.format)?;
     Ok(if usable {

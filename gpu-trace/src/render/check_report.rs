@@ -10,7 +10,7 @@ use crate::{
         access_check::{NodeRow, View},
         policy_age::{duration_text, WrittenAfterStart},
     },
-    analysis::{cdi_check::StaleCdiEntry, vendor_check::VendorSet},
+    analysis::{cdi_check::StaleCdiEntry, neighbour_check::NeighbourNode, vendor_check::VendorSet},
     kernel::programs_in_force::PolicyProgram,
     model::container::Container,
     text::{style, terminal::TerminalLines},
@@ -39,6 +39,9 @@ pub struct CheckReport {
     pub vendors: Vec<VendorSet>,
     /// The stacks judged for `usable`: "CUDA", "ROCm", ...
     pub stacks: Vec<&'static str>,
+    /// The devices next to the GPU (RDMA, IMEX, GPUDirect, VFIO): listed
+    /// with their verdicts, not judged.
+    pub neighbours: Vec<NeighbourNode>,
 }
 
 /// The CDI specs read and the entries that do not match the host.
@@ -67,6 +70,7 @@ pub fn write_human(out: &mut impl Write, report: &CheckReport, paint: bool) -> i
     write_policies(&mut out, report)?;
     write_views(&mut out, report)?;
     write_vendor_sets(&mut out, report)?;
+    write_neighbours(&mut out, report)?;
     write_verdict(&mut out, report)
 }
 
@@ -164,6 +168,36 @@ fn write_vendor_sets<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport)
         write_node_list(out, &heading, "(none)", rows.collect())?;
     }
     Ok(())
+}
+
+/// The devices next to the GPU, where the target's view has any: what
+/// each denial would cost is in docs/root-causes.md.
+fn write_neighbours<W: Write>(out: &mut TerminalLines<W>, report: &CheckReport) -> io::Result<()> {
+    if report.neighbours.is_empty() {
+        return Ok(());
+    }
+    let rows = report.neighbours.iter().map(|node| {
+        let nic = node
+            .nic
+            .as_ref()
+            .map(|nic| format!(" [NIC {nic}]"))
+            .unwrap_or_default();
+        format!(
+            "{:<32} c {:>3}:{:<4} {:<9} {:<8} {}{nic}",
+            node.path.display().to_string(),
+            node.major,
+            node.minor,
+            node.role.name(),
+            node.verdict,
+            node.decided_by
+        )
+    });
+    write_node_list(
+        out,
+        "Devices next to the GPU (listed, not judged: a container may need none of them):",
+        "(none)",
+        rows.collect(),
+    )
 }
 
 /// A heading and its nodes one to a line, indented, or `empty` in their

@@ -241,7 +241,7 @@ impl WatchArgs {
             pid: self.pid,
             comm: self.comm.clone(),
             device: self.device.clone(),
-            vendors: self.devices.vendors.clone(),
+            kinds: self.devices.kinds(),
         }
     }
 }
@@ -321,6 +321,10 @@ pub struct DeviceSelection {
     /// Only this vendor's devices (repeatable): nvidia, amd, intel, habana.
     #[arg(long = "vendor", value_name = "NAME", value_parser = crate::model::vendor::Vendor::parse)]
     pub vendors: Vec<crate::model::vendor::Vendor>,
+    /// Only nodes of this role (repeatable): compute, render, display,
+    /// control, uvm, caps, and beside the GPU rdma, imex, gpudirect, vfio.
+    #[arg(long = "role", value_name = "NAME", value_parser = crate::model::vendor::Role::parse)]
+    pub roles: Vec<crate::model::vendor::Role>,
     /// Also watch this char major (repeatable). The accelerators' are always watched.
     #[arg(short, long = "major", value_name = "N",
           value_parser = clap::value_parser!(u32).range(..i64::from(gpu_trace_common::MAJOR_LIMIT)))]
@@ -328,6 +332,16 @@ pub struct DeviceSelection {
     /// Watch every device, not only the accelerators' and --major ones.
     #[arg(short = 'x', long)]
     pub all_devices: bool,
+}
+
+impl DeviceSelection {
+    /// What `--vendor` and `--role` let through.
+    pub fn kinds(&self) -> crate::stream::filter::KindFilter {
+        crate::stream::filter::KindFilter {
+            vendors: self.vendors.clone(),
+            roles: self.roles.clone(),
+        }
+    }
 }
 
 /// How the tracer hooks into the kernel; shared by the commands that trace.

@@ -150,11 +150,8 @@ async fn trace_command(
         pid: child_pid,
         signals,
     };
-    let mut output = RunOutput::new(
-        args.format,
-        style::paints(&io::stderr()),
-        &args.devices.vendors,
-    );
+    let kinds = args.devices.kinds();
+    let mut output = RunOutput::new(args.format, style::paints(&io::stderr()), &kinds);
     // A failed re-read must not end the trace while CMD runs (no report, no
     // signals forwarded): it is said once, and the majors stay as they are.
     let drivers = if args.devices.all_devices {

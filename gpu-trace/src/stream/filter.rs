@@ -6,7 +6,11 @@ use std::path::PathBuf;
 
 use crate::{
     cgroup::identity::matches,
-    model::{container::PodQuery, record::Record, vendor::Vendor},
+    model::{
+        container::PodQuery,
+        record::Record,
+        vendor::{Role, Vendor},
+    },
 };
 
 /// `--device`: a node or driver name, a major, or MAJ:MIN.
@@ -53,9 +57,19 @@ impl DeviceFilter {
     }
 }
 
-/// `--vendor`: none given shows every device; else only those vendors'.
-pub fn vendor_shown(vendors: &[Vendor], record: &Record) -> bool {
-    vendors.is_empty() || record.vendor.is_some_and(|v| vendors.contains(&v))
+/// `--vendor` and `--role`: which kinds of device are shown; each left
+/// empty shows every device.
+#[derive(Debug, Clone, Default)]
+pub struct KindFilter {
+    pub vendors: Vec<Vendor>,
+    pub roles: Vec<Role>,
+}
+
+impl KindFilter {
+    pub fn shows(&self, record: &Record) -> bool {
+        (self.vendors.is_empty() || record.vendor.is_some_and(|v| self.vendors.contains(&v)))
+            && (self.roles.is_empty() || record.role.is_some_and(|r| self.roles.contains(&r)))
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -69,8 +83,7 @@ pub struct Filter {
     pub pid: Option<u32>,
     pub comm: Option<String>,
     pub device: Option<DeviceFilter>,
-    /// Only these vendors' devices; empty: every device.
-    pub vendors: Vec<Vendor>,
+    pub kinds: KindFilter,
 }
 
 impl Filter {
@@ -100,7 +113,7 @@ impl Filter {
                     .is_some_and(|c| c.starts_with(root))
             })
             && self.device.as_ref().is_none_or(|d| d.accepts(record))
-            && (self.vendors.is_empty() || record.vendor.is_some_and(|v| self.vendors.contains(&v)))
+            && self.kinds.shows(record)
     }
 }
 

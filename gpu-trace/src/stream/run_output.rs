@@ -4,13 +4,13 @@
 use std::io::{self, Write};
 
 use crate::{
-    model::{record::Record, vendor::Vendor},
+    model::record::Record,
     render::{
         output::{write_record, Format},
         run_report::Report,
     },
     stream::{
-        filter::vendor_shown,
+        filter::KindFilter,
         session::{Counted, Output},
     },
 };
@@ -18,18 +18,18 @@ use crate::{
 pub struct RunOutput<'a> {
     pub format: Format,
     pub paint: bool,
-    /// `--vendor`: the vendors whose problems are shown (all when empty).
-    pub vendors: &'a [Vendor],
+    /// `--vendor`, `--role`: whose problems are shown.
+    pub kinds: &'a KindFilter,
     pub report: Report,
     line: Vec<u8>,
 }
 
 impl<'a> RunOutput<'a> {
-    pub fn new(format: Format, paint: bool, vendors: &'a [Vendor]) -> Self {
+    pub fn new(format: Format, paint: bool, kinds: &'a KindFilter) -> Self {
         Self {
             format,
             paint,
-            vendors,
+            kinds,
             report: Report::default(),
             line: Vec::new(),
         }
@@ -38,7 +38,7 @@ impl<'a> RunOutput<'a> {
 
 impl Output for RunOutput<'_> {
     fn record(&mut self, record: Record, _counted: Counted) {
-        if !record.access.verdict.is_problem() || !vendor_shown(self.vendors, &record) {
+        if !record.access.verdict.is_problem() || !self.kinds.shows(&record) {
             return;
         }
         self.line.clear();

@@ -24,6 +24,7 @@ mod hooks;
 mod hostile;
 #[path = "../support/memory_limit.rs"]
 mod memory_limit;
+mod neighbours;
 mod otlp;
 #[path = "../support/otlp_receiver.rs"]
 mod otlp_receiver;

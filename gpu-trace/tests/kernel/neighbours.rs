@@ -1,0 +1,215 @@
+//! The devices next to the GPU: RDMA verbs, IMEX channels, GPUDirect and
+//! VFIO nodes are watched by default where /proc/devices names their
+//! drivers, and a denied one is reported with its role, what the job then
+//! does (often: runs slowly, without an error), and a fix for that one node.
+
+use gpu_trace::host::proc_devices::CharMajors;
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+
+use crate::common::*;
+
+/// `count` char majors no driver has here, from the top of the dynamic range.
+fn free_majors(count: usize) -> Vec<u32> {
+    let majors = CharMajors::read().expect("/proc/devices");
+    (384..=511)
+        .rev()
+        .filter(|m| !majors.is_registered(*m))
+        .take(count)
+        .collect()
+}
+
+#[test]
+fn each_device_next_to_the_gpu_is_watched_by_default_and_its_denial_says_what_the_job_sees() {
+    let host = or_skip!(kernel_test);
+    // Four majors no driver has here, named in a copy of /proc/devices as
+    // the drivers name theirs: their real majors vary by host and load.
+    let free = free_majors(4);
+    let &[rdma, imex, gdr, vfio] = &free[..] else {
+        panic!("four free majors: {free:?}")
+    };
+    let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
+    fs::write(
+        proc_devices.path(),
+        format!("Character devices:\n  1 mem\n195 nvidia\n{rdma} infiniband_verbs\n{imex} nvidia-caps-imex-channels\n{gdr} gdrdrv\n{vfio} vfio\n"),
+    )
+    .expect("write the /proc/devices copy");
+    let nodes = DeviceNodes::create(&[
+        ("uverbs1", rdma, 193),
+        ("channel7", imex, 7),
+        ("gdrdrv", gdr, 0),
+        ("12", vfio, 12),
+    ])
+    .expect("mknod");
+    let cgroup = scratch_cgroup(&host, "neighbours");
+    let every_access = ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD;
+    let _policy = ScratchPolicy::attach(
+        &cgroup,
+        &[rdma, imex, gdr, vfio].map(|major| (major, every_access)),
+    )
+    .expect("attach");
+    // No --major: watched because /proc/devices names their drivers.
+    let mut command = Command::new(gpu_trace());
+    command
+        .args(["watch", "--format", "json"])
+        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
+    let watcher = Watcher::spawn(command);
+    // And one that shows RDMA nodes alone.
+    let mut rdma_only = Command::new(gpu_trace());
+    rdma_only
+        .args(["watch", "--format", "json", "--role", "rdma"])
+        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
+    let rdma_only = Watcher::spawn(rdma_only);
+
+    let mut probes = Vec::new();
+    for (node, major, minor, driver, vendor, role, symptom) in [
+        (
+            "uverbs1",
+            rdma,
+            193,
+            "infiniband_verbs",
+            Value::Null,
+            "rdma",
+            "fall back to TCP sockets without an error",
+        ),
+        (
+            "channel7",
+            imex,
+            7,
+            "nvidia-caps-imex-channels",
+            Value::from("nvidia"),
+            "imex",
+            "CUDA_ERROR_NOT_PERMITTED",
+        ),
+        (
+            "gdrdrv",
+            gdr,
+            0,
+            "gdrdrv",
+            Value::from("nvidia"),
+            "gpudirect",
+            "copies through host memory",
+        ),
+        (
+            "12",
+            vfio,
+            12,
+            "vfio",
+            Value::Null,
+            "vfio",
+            "cannot be passed through",
+        ),
+    ] {
+        let (pid, event) = denied_open(&watcher, &[&cgroup], nodes.path(node), OpenMode::ReadWrite);
+        probes.push((role, pid));
+        assert_eq!(event["driver"], driver, "{event:#}");
+        assert_eq!(event["vendor"], vendor, "{event:#}");
+        assert_eq!(event["role"], role, "{event:#}");
+        assert_eq!(
+            (event["major"].clone(), event["minor"].clone()),
+            (major.into(), minor.into())
+        );
+        assert_eq!(event["verdict"], "denied", "{event:#}");
+        assert_event_says(&event, "explanation", symptom);
+        // That one node: its minor, never its whole major.
+        assert_event_says(&event, "hint", &format!("c {major}:{minor}"));
+        assert!(
+            !event_text(&event, "hint").contains(&format!("{major}:*")),
+            "{event:#}"
+        );
+    }
+    watcher.stop_cleanly();
+    // --role rdma: the verbs node's denial, and none of the others'.
+    let (rdma_role, rdma_pid) = probes[0];
+    assert_eq!(rdma_role, "rdma");
+    rdma_only.wait_for_events(rdma_pid, 1);
+    for &(role, pid) in &probes[1..] {
+        assert_eq!(rdma_only.events_of(pid), Vec::<Value>::new(), "{role}");
+    }
+    rdma_only.stop_cleanly();
+}
+
+#[test]
+fn check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_judging_them() {
+    let host = or_skip!(kernel_test);
+    if Path::new("/dev/gdrdrv").exists() || Path::new("/dev/infiniband").exists() {
+        crate::skip::cannot_run(
+            "check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_judging_them",
+            "this host has a real /dev/gdrdrv or /dev/infiniband",
+        );
+        return;
+    }
+    let free = free_majors(2);
+    let &[gdr, verbs] = &free[..] else {
+        panic!("two free majors: {free:?}")
+    };
+    let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
+    fs::write(
+        proc_devices.path(),
+        format!("Character devices:\n  1 mem\n{gdr} gdrdrv\n{verbs} infiniband_verbs\n"),
+    )
+    .expect("write the /proc/devices copy");
+    // check looks at the target's /dev: here, the host's.
+    let node = |path: &str, major: u32, minor: u32| {
+        mknod(
+            path,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(major.into(), minor.into()),
+        )
+        .unwrap_or_else(|e| panic!("mknod {path}: {e}"))
+    };
+    fs::create_dir("/dev/infiniband").expect("mkdir /dev/infiniband");
+    node("/dev/gdrdrv", gdr, 0);
+    node("/dev/infiniband/uverbs0", verbs, 192);
+    let cgroup = scratch_cgroup(&host, "neighbours-check");
+    let _policy =
+        ScratchPolicy::attach(&cgroup, &[(gdr, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)])
+            .expect("attach");
+    let relative = cgroup.relative_path().to_str().expect("UTF-8").to_string();
+    let (status, report) = check_json_with(&["--cgroup", &relative], Some(proc_devices.path()));
+    let _ = fs::remove_file("/dev/gdrdrv");
+    let _ = fs::remove_dir_all("/dev/infiniband");
+
+    // CUDA is judged (no GPU here: exit 1), the neighbours are not: the
+    // denied gdrdrv is listed, and no problem names it.
+    assert_eq!(status, Some(1), "{report:#}");
+    assert_eq!(report["stacks"], serde_json::json!(["CUDA"]), "{report:#}");
+    let listed: Vec<(String, String, String)> = report["neighbours"]
+        .as_array()
+        .expect("neighbours")
+        .iter()
+        .map(|n| {
+            let text = |f: &str| n[f].as_str().unwrap_or_default().to_string();
+            (text("path"), text("role"), text("verdict"))
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("/dev/gdrdrv".into(), "gpudirect".into(), "denied".into()),
+            (
+                "/dev/infiniband/uverbs0".into(),
+                "rdma".into(),
+                "allowed".into()
+            ),
+        ],
+        "{report:#}"
+    );
+    let gdrdrv = &report["neighbours"][0];
+    assert_eq!(gdrdrv["vendor"], "nvidia", "{report:#}");
+    assert_eq!(
+        (gdrdrv["major"].as_u64(), gdrdrv["minor"].as_u64()),
+        (Some(gdr.into()), Some(0))
+    );
+    assert!(
+        gdrdrv["decided_by"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("prog ")),
+        "{report:#}"
+    );
+    let problems = report["problems"].to_string();
+    assert!(
+        !problems.contains("gdrdrv") && !problems.contains("uverbs"),
+        "{problems}"
+    );
+}

@@ -48,17 +48,9 @@ fn each_device_next_to_the_gpu_is_watched_by_default_and_its_denial_says_what_th
     )
     .expect("attach");
     // No --major: watched because /proc/devices names their drivers.
-    let mut command = Command::new(gpu_trace());
-    command
-        .args(["watch", "--format", "json"])
-        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
-    let watcher = Watcher::spawn(command);
+    let watcher = Watcher::with_proc_devices(&[], proc_devices.path());
     // And one that shows RDMA nodes alone.
-    let mut rdma_only = Command::new(gpu_trace());
-    rdma_only
-        .args(["watch", "--format", "json", "--role", "rdma"])
-        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
-    let rdma_only = Watcher::spawn(rdma_only);
+    let rdma_only = Watcher::with_proc_devices(&["--role", "rdma"], proc_devices.path());
 
     let mut probes = Vec::new();
     for (node, major, minor, driver, vendor, role, symptom) in [

@@ -753,16 +753,8 @@ fn a_denied_kfd_open_is_amds_with_its_dynamic_major_and_fix() {
     let every_access = ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD;
     let _policy = ScratchPolicy::attach(&cgroup, &[(kfd, every_access), (195, every_access)])
         .expect("attach");
-    let mut command = Command::new(gpu_trace());
-    command
-        .args(["watch", "--format", "json"])
-        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
-    let watcher = Watcher::spawn(command);
-    let mut nvidia_only = Command::new(gpu_trace());
-    nvidia_only
-        .args(["watch", "--format", "json", "--vendor", "nvidia"])
-        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
-    let nvidia_only = Watcher::spawn(nvidia_only);
+    let watcher = Watcher::with_proc_devices(&[], proc_devices.path());
+    let nvidia_only = Watcher::with_proc_devices(&["--vendor", "nvidia"], proc_devices.path());
     let (probe_pid, event) =
         denied_open(&watcher, &[&cgroup], nodes.path("kfd"), OpenMode::ReadWrite);
     let event = &event;
@@ -856,11 +848,7 @@ fn watch_watches_a_driver_major_registered_after_start() {
     // at the first CUDA call): its major is in no list, and not watched.
     let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
     write_proc_devices(proc_devices.path(), None);
-    let mut command = Command::new(gpu_trace());
-    command
-        .args(["watch", "--format", "json"])
-        .env("GPU_TRACE_PROC_DEVICES", proc_devices.path());
-    let mut watcher = Watcher::spawn(command);
+    let mut watcher = Watcher::with_proc_devices(&[], proc_devices.path());
     let stderr = watcher.stderr_now();
     let at_start = watched_at_ready(&stderr);
     assert!(at_start.contains(&NVIDIA_FRONTEND_MAJOR), "{stderr:#?}");

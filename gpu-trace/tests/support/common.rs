@@ -151,6 +151,17 @@ impl Watcher {
         Self::spawn(command)
     }
 
+    /// `gpu-trace watch --format json ARGS` reading majors from
+    /// `proc_devices`, a copy of /proc/devices naming drivers this host lacks.
+    pub fn with_proc_devices(args: &[&str], proc_devices: &std::path::Path) -> Self {
+        let mut command = Command::new(gpu_trace());
+        command
+            .args(["watch", "--format", "json"])
+            .args(args)
+            .env("GPU_TRACE_PROC_DEVICES", proc_devices);
+        Self::spawn(command)
+    }
+
     /// `command` (a `gpu-trace watch`, perhaps behind a wrapper that drops
     /// privileges) as the watcher.
     pub fn spawn(mut command: Command) -> Self {

@@ -19,7 +19,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use opentelemetry_proto::tonic::{
-    collector::logs::v1::ExportLogsServiceRequest,
+    collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse},
     common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue},
     logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber},
     resource::v1::Resource,
@@ -42,6 +42,8 @@ const BATCH_WAIT: Duration = Duration::from_millis(500);
 /// Tries per batch, the waits between them doubling from the first.
 const TRIES: u32 = 5;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// A collector's answer is read up to this much (it is a few bytes).
+const ANSWER_LIMIT_BYTES: u64 = 64 << 10;
 /// Each request gives up after this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// At the end, what is still queued gets this long to go out.
@@ -383,9 +385,17 @@ fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCou
         counts.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
         let records = batch.len() as u64;
         let body = request(&resource, batch).encode_to_vec();
-        let sent = send_with_retries(&agent, target, &body, &counts.ending, &mut tls_failure_said);
-        let counter = if sent { &counts.sent } else { &counts.dropped };
-        counter.fetch_add(records, Ordering::Relaxed);
+        match send_with_retries(&agent, target, &body, &counts.ending, &mut tls_failure_said) {
+            Some(rejected) => {
+                // A partial success: the records it refused are dropped.
+                let rejected = rejected.min(records);
+                counts.sent.fetch_add(records - rejected, Ordering::Relaxed);
+                counts.dropped.fetch_add(rejected, Ordering::Relaxed);
+            }
+            None => {
+                counts.dropped.fetch_add(records, Ordering::Relaxed);
+            }
+        }
         if counts
             .ending
             .get()
@@ -400,7 +410,7 @@ fn export(target: &OtlpTarget, queued: &mpsc::Receiver<Queued>, counts: &OtlpCou
 }
 
 /// POSTs `body`, retrying a failed try (no answer, 429, 5xx) with backoff;
-/// whether the collector took it. Once `ending` is set, no try starts past
+/// once the collector took it, how many records it said it rejected. Once `ending` is set, no try starts past
 /// it, and a backoff under way is cut short by `finish`'s unpark.
 /// A failed TLS handshake is said on stderr, the first one only: unlike a
 /// collector that is down, it rarely mends by itself.
@@ -410,14 +420,14 @@ fn send_with_retries(
     body: &[u8],
     ending: &OnceLock<Instant>,
     tls_failure_said: &mut bool,
-) -> bool {
+) -> Option<u64> {
     let mut backoff = FIRST_BACKOFF;
     for attempt in 1..=TRIES {
         // At the end, a try gets what is left of the time, no more.
         let timeout = match ending.get() {
             Some(end) => match end.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => left.min(REQUEST_TIMEOUT),
-                _ => return false,
+                _ => return None,
             },
             None => REQUEST_TIMEOUT,
         };
@@ -431,7 +441,14 @@ fn send_with_retries(
             post = post.header(name, value);
         }
         let retry = match post.send(body) {
-            Ok(response) if response.status().is_success() => return true,
+            Ok(mut response) if response.status().is_success() => {
+                let answer = response
+                    .body_mut()
+                    .with_config()
+                    .limit(ANSWER_LIMIT_BYTES)
+                    .read_to_vec();
+                return Some(answer.map_or(0, |body| rejected_in(&body)));
+            }
             Ok(response) => {
                 let status = response.status().as_u16();
                 status == 429 || status >= 500
@@ -449,7 +466,7 @@ fn send_with_retries(
                 .is_some_and(|end| Instant::now() + wait >= *end)
         };
         if !retry || attempt == TRIES || out_of_time(backoff) {
-            return false;
+            return None;
         }
         // A backoff begun before the end was set may run past it: the
         // end's unpark cuts it short, and the next try sees the deadline.
@@ -459,11 +476,20 @@ fn send_with_retries(
             thread::park_timeout(wake.saturating_duration_since(Instant::now()));
         }
         if out_of_time(Duration::ZERO) {
-            return false;
+            return None;
         }
         backoff *= 2;
     }
-    false
+    None
+}
+
+/// The records a collector's answer says it rejected (OTLP's partial
+/// success); 0 for an empty or unreadable answer.
+fn rejected_in(answer: &[u8]) -> u64 {
+    ExportLogsServiceResponse::decode(answer)
+        .ok()
+        .and_then(|r| r.partial_success)
+        .map_or(0, |p| p.rejected_log_records.max(0) as u64)
 }
 
 /// Says on stderr why a request failed if TLS is why; whether it did.
@@ -651,6 +677,24 @@ fn text(key: &str, value: &str) -> KeyValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_success_says_how_many_were_rejected() {
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsPartialSuccess;
+        let answer = |rejected| {
+            ExportLogsServiceResponse {
+                partial_success: Some(ExportLogsPartialSuccess {
+                    rejected_log_records: rejected,
+                    error_message: "too old".into(),
+                }),
+            }
+            .encode_to_vec()
+        };
+        assert_eq!(rejected_in(&answer(3)), 3);
+        assert_eq!(rejected_in(&answer(-1)), 0);
+        assert_eq!(rejected_in(b""), 0, "an empty answer: every record taken");
+        assert_eq!(rejected_in(b"{\"partialSuccess\":{}}"), 0, "not protobuf");
+    }
 
     fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
         attributes

@@ -8,6 +8,10 @@
  *   uvm=1        nvidia-uvm on a dynamic major
  *   caps=1       nvidia-caps on a dynamic major
  *   kfd=1        kfd (AMD's compute node) on a dynamic major
+ *   neighbours=1 the devices next to the GPU under their drivers' names:
+ *                infiniband_verbs on the fixed major 231, and
+ *                nvidia-caps-imex-channels, gdrdrv and nvidia-fs on
+ *                dynamic majors
  *   shift=1      hold one dynamic major while the others register, then
  *                let it go: after a reload the dynamic majors have moved
  *                and the old ones belong to no driver, as after a reboot
@@ -31,6 +35,8 @@ static bool caps;
 module_param(caps, bool, 0444);
 static bool kfd;
 module_param(kfd, bool, 0444);
+static bool neighbours;
+module_param(neighbours, bool, 0444);
 static bool shift;
 module_param(shift, bool, 0444);
 
@@ -68,6 +74,10 @@ static struct standin standins[] = {
 	{ "nvidia-uvm", 0, &uvm, &standin_fops },
 	{ "nvidia-caps", 0, &caps, &standin_fops },
 	{ "kfd", 0, &kfd, &standin_fops },
+	{ "infiniband_verbs", 231, &neighbours, &standin_fops },
+	{ "nvidia-caps-imex-channels", 0, &neighbours, &standin_fops },
+	{ "gdrdrv", 0, &neighbours, &standin_fops },
+	{ "nvidia-fs", 0, &neighbours, &standin_fops },
 };
 
 static void release_from(int i)

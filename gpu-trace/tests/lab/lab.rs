@@ -706,6 +706,90 @@ fn service_denied(
 }
 
 #[test]
+fn the_devices_next_to_the_gpu_are_watched_from_their_drivers_load_and_say_what_the_job_sees() {
+    let lab = or_skip!(lab_test);
+    // watch runs first, as an audit logger does: the drivers load after it.
+    let _ = Command::new("rmmod").arg("gpu_standin").output();
+    let mut watcher = Watcher::start(&["--format", "json"]);
+    let _driver = Driver::load(&lab, &["neighbours=1"]);
+    let families = [
+        // (driver, node, minor, vendor, role, what the job sees)
+        (
+            "infiniband_verbs",
+            "/dev/infiniband/uverbs0",
+            192,
+            Value::Null,
+            "rdma",
+            "fall back to TCP sockets without an error",
+        ),
+        (
+            "nvidia-caps-imex-channels",
+            "/dev/nvidia-caps-imex-channels/channel0",
+            0,
+            Value::from("nvidia"),
+            "imex",
+            "CUDA_ERROR_NOT_PERMITTED",
+        ),
+        (
+            "gdrdrv",
+            "/dev/gdrdrv",
+            0,
+            Value::from("nvidia"),
+            "gpudirect",
+            "copies through host memory",
+        ),
+        (
+            "nvidia-fs",
+            "/dev/nvidia-fs0",
+            0,
+            Value::from("nvidia"),
+            "gpudirect",
+            "copies through host memory",
+        ),
+    ];
+    let mut majors = Vec::new();
+    for (driver, node, minor, ..) in &families {
+        let major = major_of(driver).unwrap_or_else(|| panic!("{driver} in /proc/devices"));
+        mknod(Path::new(node), major, *minor);
+        majors.push(major);
+    }
+    assert_eq!(majors[0], 231, "the verbs nodes' fixed major");
+    // Said in the order of the majors.
+    let mut said: Vec<(u32, &str)> = majors
+        .iter()
+        .zip(&families)
+        .map(|(m, f)| (*m, f.0))
+        .collect();
+    said.sort_unstable();
+    for (major, driver) in said {
+        watcher.wait_for_stderr(&format!(
+            "gpu-trace: now also watching char major {major} ({driver}), registered after start"
+        ));
+    }
+
+    for (major, (driver, node, minor, vendor, role, sees)) in majors.into_iter().zip(families) {
+        // A service whose policy systemd writes: no device allowed.
+        let unit = format!("gt-lab-{role}-{major}");
+        let event = service_denied(&watcher, &unit, &["DevicePolicy=closed"], node, major);
+        assert_eq!(event["driver"], driver, "{event:#}");
+        assert_eq!(event["vendor"], vendor, "{event:#}");
+        assert_eq!(event["role"], role, "{event:#}");
+        assert_eq!(event["minor"], minor, "{event:#}");
+        assert_eq!(writer_of(&event), "systemd", "{event:#}");
+        assert_eq!(event["cause"], "device-denied", "{event:#}");
+        let explanation = event["explanation"].as_str().unwrap_or_default();
+        assert!(explanation.contains(sees), "{explanation}");
+        // That one node, by the path the host has it at.
+        let fix = fix_text(&event);
+        assert!(fix.contains(&format!("`DeviceAllow={node} rw`")), "{fix}");
+        let _ = fs::remove_file(node);
+    }
+    let _ = fs::remove_dir("/dev/infiniband");
+    let _ = fs::remove_dir("/dev/nvidia-caps-imex-channels");
+    watcher.stop_cleanly();
+}
+
+#[test]
 fn a_device_allow_name_the_driver_no_longer_has_is_named() {
     let lab = or_skip!(lab_test);
     // Driver 550: major 195 is "nvidia", no longer "nvidia-frontend".

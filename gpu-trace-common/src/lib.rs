@@ -250,12 +250,19 @@ pub const FLAG_PATH_FROM_REGS: u16 = 8;
 pub const FLAG_PATH_CHANGED: u16 = 16;
 
 /// Failed opens of paths under these prefixes are reported even though they
-/// never reached the device hook (ENOENT: node missing; EACCES: file mode):
-/// NVIDIA's nodes, AMD's kfd, DRM's and the accel subsystem's.
+/// never reached the device hook (ENOENT: node missing; EACCES: file mode;
+/// ENXIO: no driver): NVIDIA's nodes, AMD's kfd, DRM's and the accel
+/// subsystem's.
 pub const NVIDIA_DEV_PREFIX: &[u8; 11] = b"/dev/nvidia";
 pub const KFD_DEV_PREFIX: &[u8; 8] = b"/dev/kfd";
 pub const DRI_DEV_PREFIX: &[u8; 9] = b"/dev/dri/";
 pub const ACCEL_DEV_PREFIX: &[u8; 11] = b"/dev/accel/";
+/// And the devices next to the GPU whose paths the prefixes above miss:
+/// RDMA's, gdrcopy's and VFIO's (nvidia-fs, IMEX and NVSwitch nodes are
+/// under /dev/nvidia).
+pub const INFINIBAND_DEV_PREFIX: &[u8; 11] = b"/dev/infini";
+pub const GDRDRV_DEV_PREFIX: &[u8; 11] = b"/dev/gdrdrv";
+pub const VFIO_DEV_PREFIX: &[u8; 10] = b"/dev/vfio/";
 
 /// One device access, as the kernel side reports it.
 #[repr(C)]

@@ -17,9 +17,10 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
-    FLAG_PATH_CHANGED, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX, PATH_HEAD_LEN, PROGRAM_EXIT_OPEN,
-    PROGRAM_EXIT_OPENAT, PROGRAM_EXIT_OPENAT2, PROGRAM_OPEN_FUNCTION_EXIT, SEEN_DEVICE,
-    SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    FLAG_PATH_CHANGED, GDRDRV_DEV_PREFIX, INFINIBAND_DEV_PREFIX, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX,
+    PATH_HEAD_LEN, PROGRAM_EXIT_OPEN, PROGRAM_EXIT_OPENAT, PROGRAM_EXIT_OPENAT2,
+    PROGRAM_OPEN_FUNCTION_EXIT, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
+    SYSCALL_OPENAT, SYSCALL_OPENAT2, VFIO_DEV_PREFIX,
 };
 
 use crate::{
@@ -363,6 +364,9 @@ fn is_accelerator_dev_path(path_ptr: u64) -> bool {
                 || starts_with(&head, KFD_DEV_PREFIX)
                 || starts_with(&head, DRI_DEV_PREFIX)
                 || starts_with(&head, ACCEL_DEV_PREFIX)
+                || starts_with(&head, INFINIBAND_DEV_PREFIX)
+                || starts_with(&head, GDRDRV_DEV_PREFIX)
+                || starts_with(&head, VFIO_DEV_PREFIX)
         }
         Err(_) => false,
     }

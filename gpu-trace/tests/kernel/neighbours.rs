@@ -205,3 +205,135 @@ fn check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_jud
         "{problems}"
     );
 }
+
+/// Nodes made in the host's /dev for one test (the prefixes gpu-trace
+/// follows failed opens under are /dev's), removed when dropped with the
+/// folders made for them.
+struct HostNodes {
+    files: Vec<&'static str>,
+    folders: Vec<&'static str>,
+}
+
+impl Drop for HostNodes {
+    fn drop(&mut self) {
+        for file in &self.files {
+            let _ = fs::remove_file(file);
+        }
+        for folder in &self.folders {
+            let _ = fs::remove_dir(folder);
+        }
+    }
+}
+
+#[test]
+fn a_node_next_to_the_gpu_whose_driver_is_not_loaded_names_the_module() {
+    let host = or_skip!(kernel_test);
+    let test = "a_node_next_to_the_gpu_whose_driver_is_not_loaded_names_the_module";
+    let majors = CharMajors::read().expect("/proc/devices");
+    let folders = [
+        "/dev/infiniband",
+        "/dev/vfio",
+        "/dev/nvidia-caps-imex-channels",
+    ];
+    if majors.is_registered(231) || folders.iter().any(|f| Path::new(f).exists()) {
+        crate::skip::cannot_run(test, "this host has RDMA, VFIO or IMEX nodes of its own");
+        return;
+    }
+    let free = free_majors(4);
+    let &[gdr, vfio, fs, imex] = &free[..] else {
+        panic!("four free majors: {free:?}")
+    };
+    let mut made = HostNodes {
+        files: Vec::new(),
+        folders: Vec::new(),
+    };
+    let nodes = [
+        // (path, major, module named, how to load it, what the job sees)
+        (
+            "/dev/infiniband/uverbs0",
+            231,
+            "ib_uverbs is not loaded",
+            "`modprobe ib_uverbs`",
+            "fall back to TCP sockets",
+        ),
+        (
+            "/dev/gdrdrv",
+            gdr,
+            "gdrdrv (gdrcopy's module) is not loaded",
+            "`modprobe gdrdrv`",
+            "through host memory",
+        ),
+        (
+            "/dev/vfio/7",
+            vfio,
+            "vfio is not loaded",
+            "`modprobe vfio-pci`",
+            "cannot be passed through",
+        ),
+        (
+            "/dev/nvidia-fs0",
+            fs,
+            "nvidia-fs (GPUDirect Storage's module) is not loaded",
+            "`modprobe nvidia-fs`",
+            "through host memory",
+        ),
+        (
+            "/dev/nvidia-caps-imex-channels/channel0",
+            imex,
+            "the nvidia module (it registers the IMEX channels) is not loaded",
+            "`modprobe nvidia`",
+            "CUDA_ERROR_NOT_PERMITTED",
+        ),
+    ];
+    for (path, major, ..) in nodes {
+        let folder = Path::new(path).parent().expect("a folder");
+        if !folder.exists() {
+            fs::create_dir(folder).expect("mkdir");
+            made.folders.push(
+                folders
+                    .into_iter()
+                    .find(|f| Path::new(f) == folder)
+                    .unwrap(),
+            );
+        }
+        mknod(
+            path,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(major.into(), 0),
+        )
+        .unwrap_or_else(|e| panic!("mknod {path}: {e}"));
+        made.files.push(path);
+    }
+    // No policy: the device check lets each by, and no driver answers.
+    // Open results are traced (by default only where fexit is, or a v1
+    // devices cgroup could refuse): no major here is watched, each is
+    // reported by its path.
+    let cgroup = scratch_cgroup(&host, "neighbours-no-driver");
+    let watcher = Watcher::start(&["--format", "json", "--opens", "full"]);
+    for (path, major, module, load, sees) in nodes {
+        let probe = gpu_trace::scenario::run_probe(
+            Path::new(gpu_trace()),
+            &[&cgroup],
+            &[ProbeOp::Open {
+                path: path.into(),
+                mode: OpenMode::ReadWrite,
+            }],
+        )
+        .expect("probe");
+        assert_eq!(probe.results, [libc::ENXIO], "{path}");
+        let events = watcher.wait_for_events(probe.pid, 1);
+        let [event] = &events[..] else {
+            panic!("one event for {path}: {events:#?}")
+        };
+        assert_eq!(event["path"], path, "{event:#}");
+        assert_eq!(event["major"], major, "{event:#}");
+        assert_eq!(event["driver"], Value::Null, "{event:#}");
+        assert_eq!(event["verdict"], "allowed", "{event:#}");
+        assert_eq!(event["cause"], "driver-not-loaded", "{event:#}");
+        assert_event_says(event, "explanation", module);
+        assert_event_says(event, "explanation", sees);
+        assert_event_starts(event, "hint", &format!("load it on the host: {load}"));
+    }
+    watcher.stop_cleanly();
+}

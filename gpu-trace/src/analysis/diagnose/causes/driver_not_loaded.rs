@@ -4,8 +4,8 @@
 //! DKMS did not build it for the new kernel). stale-major, tried before,
 //! covers a driver that is loaded on another major.
 
-use super::prelude::*;
-use crate::model::node::NvidiaNode;
+use super::{super::symptoms, prelude::*};
+use crate::model::{node::NvidiaNode, vendor::Role};
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     let enxio = facts.verdict == Verdict::Allowed && facts.errno() == Some(libc::ENXIO);
@@ -13,10 +13,19 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         return None;
     }
     let path = facts.path_text();
-    let (module, load) = module_of(facts, &path);
+    let neighbour = neighbour_of(&path);
+    let (module, load) = match neighbour {
+        Some((_, module, load)) => (module, load),
+        None => module_of(facts, &path),
+    };
+    // What the job sees without a device next to the GPU: often nothing.
+    let symptom = neighbour
+        .and_then(|(role, ..)| symptoms::of(role))
+        .map(|s| format!(" {s}"))
+        .unwrap_or_default();
     Some(Finding {
         explanation: format!(
-            "{} is c {}:{} and the device policy allowed it, but no driver has major {} in /proc/devices: {module} is not loaded, so the node leads nowhere (ENXIO)",
+            "{} is c {}:{} and the device policy allowed it, but no driver has major {} in /proc/devices: {module} is not loaded, so the node leads nowhere (ENXIO).{symptom}",
             prose(&path),
             facts.major,
             facts.minor,
@@ -27,6 +36,50 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
             "if it does not load (`modprobe` finds no module, or `dmesg` shows a version mismatch), it was not built for the running kernel: `dkms autoinstall -k \"$(uname -r)\"`, or reinstall the driver package for this kernel".to_string(),
         ],
     })
+}
+
+/// A device next to the GPU by the path it is opened at (a node without a
+/// driver has no name in /proc/devices to go by): its role, the module that
+/// gives its major, and how to load it.
+fn neighbour_of(path: &str) -> Option<(Role, &'static str, &'static str)> {
+    let under = |prefix: &str| path.starts_with(prefix);
+    Some(
+        if under("/dev/infiniband/umad") || under("/dev/infiniband/issm") {
+            (Role::Rdma, "ib_umad", "`modprobe ib_umad`")
+        } else if under("/dev/infiniband/") {
+            (
+            Role::Rdma,
+            "ib_uverbs",
+            "`modprobe ib_uverbs` with the NIC's RDMA driver (`mlx5_ib`, `irdma`, `bnxt_re`, ...; `rdma link` lists the RDMA devices the kernel has)",
+        )
+        } else if under("/dev/nvidia-caps-imex-channels/") {
+            (
+                Role::Imex,
+                "the nvidia module (it registers the IMEX channels)",
+                "`modprobe nvidia`",
+            )
+        } else if under("/dev/gdrdrv") {
+            (
+                Role::Gpudirect,
+                "gdrdrv (gdrcopy's module)",
+                "`modprobe gdrdrv` (gdrcopy's gdrdrv-dkms package builds it)",
+            )
+        } else if under("/dev/nvidia-fs") {
+            (
+                Role::Gpudirect,
+                "nvidia-fs (GPUDirect Storage's module)",
+                "`modprobe nvidia-fs`",
+            )
+        } else if under("/dev/vfio/") {
+            (
+            Role::Vfio,
+            "vfio",
+            "`modprobe vfio-pci`, with the device bound to it (`driverctl set-override PCI_ADDRESS vfio-pci`)",
+        )
+        } else {
+            return None;
+        },
+    )
 }
 
 /// The module that gives the node's major, and how to load it.
@@ -82,6 +135,54 @@ mod tests {
             &diagnosis_naming(&kfd, Cause::DriverNotLoaded).hint,
             "`modprobe amdgpu`",
         );
+    }
+
+    #[test]
+    fn a_device_next_to_the_gpu_without_its_driver_names_its_module_and_what_the_job_sees() {
+        for (path, module, load, sees) in [
+            (
+                "/dev/infiniband/uverbs0",
+                "ib_uverbs is not loaded",
+                "load it on the host: `modprobe ib_uverbs` with the NIC's RDMA driver",
+                "fall back to TCP sockets",
+            ),
+            (
+                "/dev/infiniband/umad0",
+                "ib_umad is not loaded",
+                "load it on the host: `modprobe ib_umad`",
+                "fall back to TCP sockets",
+            ),
+            (
+                "/dev/nvidia-caps-imex-channels/channel0",
+                "the nvidia module (it registers the IMEX channels) is not loaded",
+                "load it on the host: `modprobe nvidia`",
+                "CUDA_ERROR_NOT_PERMITTED",
+            ),
+            (
+                "/dev/gdrdrv",
+                "gdrdrv (gdrcopy's module) is not loaded",
+                "load it on the host: `modprobe gdrdrv`",
+                "through host memory",
+            ),
+            (
+                "/dev/nvidia-fs3",
+                "nvidia-fs (GPUDirect Storage's module) is not loaded",
+                "load it on the host: `modprobe nvidia-fs`",
+                "through host memory",
+            ),
+            (
+                "/dev/vfio/12",
+                "vfio is not loaded",
+                "load it on the host: `modprobe vfio-pci`",
+                "cannot be passed through",
+            ),
+        ] {
+            let r = allowed_failing("/lxc/200", path, 600, 0, libc::ENXIO);
+            let diag = diagnosis_naming(&r, Cause::DriverNotLoaded);
+            assert_has(&diag.explanation, module);
+            assert_has(&diag.explanation, sees);
+            assert_starts(&diag.hint, load);
+        }
     }
 
     #[test]

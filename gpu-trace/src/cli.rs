@@ -322,7 +322,8 @@ pub struct DeviceSelection {
     #[arg(long = "vendor", value_name = "NAME", value_parser = crate::model::vendor::Vendor::parse)]
     pub vendors: Vec<crate::model::vendor::Vendor>,
     /// Only nodes of this role (repeatable): compute, render, display,
-    /// control, uvm, caps, and beside the GPU rdma, imex, gpudirect, vfio.
+    /// control, uvm, caps, and beside the GPU rdma, imex, gpudirect, vfio,
+    /// nvswitch.
     #[arg(long = "role", value_name = "NAME", value_parser = crate::model::vendor::Role::parse)]
     pub roles: Vec<crate::model::vendor::Role>,
     /// Also watch this char major (repeatable). The accelerators' are always watched.

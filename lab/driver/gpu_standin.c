@@ -78,6 +78,7 @@ static struct standin standins[] = {
 	{ "nvidia-caps-imex-channels", 0, &neighbours, &standin_fops },
 	{ "gdrdrv", 0, &neighbours, &standin_fops },
 	{ "nvidia-fs", 0, &neighbours, &standin_fops },
+	{ "nvidia-nvswitch", 0, &neighbours, &standin_fops },
 };
 
 static void release_from(int i)

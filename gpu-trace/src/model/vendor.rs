@@ -138,10 +138,12 @@ pub enum Role {
     Gpudirect,
     /// VFIO groups (a device passed through).
     Vfio,
+    /// NVSwitch management nodes (NVIDIA's Fabric Manager on HGX and DGX).
+    Nvswitch,
 }
 
 impl Role {
-    const ALL: [Role; 10] = [
+    const ALL: [Role; 11] = [
         Role::Compute,
         Role::Render,
         Role::Display,
@@ -152,6 +154,7 @@ impl Role {
         Role::Imex,
         Role::Gpudirect,
         Role::Vfio,
+        Role::Nvswitch,
     ];
 
     /// From its name, as `--role` takes it.
@@ -165,9 +168,12 @@ impl Role {
             })
     }
 
-    /// RDMA, IMEX, GPUDirect and VFIO nodes: not a GPU's own.
+    /// RDMA, IMEX, GPUDirect, VFIO and NVSwitch nodes: not a GPU's own.
     pub fn is_next_to_the_gpu(self) -> bool {
-        matches!(self, Role::Rdma | Role::Imex | Role::Gpudirect | Role::Vfio)
+        matches!(
+            self,
+            Role::Rdma | Role::Imex | Role::Gpudirect | Role::Vfio | Role::Nvswitch
+        )
     }
 
     /// As JSON names it.
@@ -183,6 +189,7 @@ impl Role {
             Role::Imex => "imex",
             Role::Gpudirect => "gpudirect",
             Role::Vfio => "vfio",
+            Role::Nvswitch => "nvswitch",
         }
     }
 }
@@ -212,10 +219,8 @@ pub fn vendor_and_role(
 ) -> (Option<Vendor>, Option<Role>) {
     if let Some(node) = node {
         let role = match node {
-            NvidiaNode::Ctl
-            | NvidiaNode::NvswitchCtl
-            | NvidiaNode::Nvswitch(_)
-            | NvidiaNode::Nvlink => Role::Control,
+            NvidiaNode::Ctl | NvidiaNode::Nvlink => Role::Control,
+            NvidiaNode::NvswitchCtl | NvidiaNode::Nvswitch(_) => Role::Nvswitch,
             NvidiaNode::Modeset => Role::Display,
             NvidiaNode::Gpu(_) => Role::Compute,
             NvidiaNode::Uvm | NvidiaNode::UvmTools => Role::Uvm,

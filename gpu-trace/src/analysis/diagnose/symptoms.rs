@@ -20,6 +20,9 @@ pub(super) fn of(role: Role) -> Option<&'static str> {
         Role::Vfio => {
             "Without its VFIO group the device cannot be passed through: the VM or user-space driver that needs it fails at start."
         }
+        Role::Nvswitch => {
+            "Without its NVSwitch nodes NVIDIA's Fabric Manager cannot manage the NVSwitch fabric and fails to start; on NVSwitch systems (HGX, DGX) CUDA then refuses work with CUDA_ERROR_SYSTEM_NOT_READY (\"system not yet initialized\")."
+        }
         Role::Compute | Role::Render | Role::Display | Role::Control | Role::Uvm | Role::Caps => {
             return None
         }
@@ -56,6 +59,7 @@ mod tests {
             (Role::Imex, "CUDA_ERROR_NOT_PERMITTED"),
             (Role::Gpudirect, "through host memory"),
             (Role::Vfio, "cannot be passed through"),
+            (Role::Nvswitch, "CUDA_ERROR_SYSTEM_NOT_READY"),
         ] {
             let mut r = denied(DOCKER_CGROUPFS, "/dev/x", 500, 0);
             r.role = Some(role);

@@ -43,8 +43,10 @@ const MIRROR: &str = "http://deb.debian.org/debian";
 /// What the guest needs besides debootstrap's minimal base. apparmor: Debian's
 /// kernels enable it and dockerd refuses to run containers without its
 /// parser; containernetworking-plugins: podman's network stack, which
-/// debootstrap does not pick for the virtual package podman asks for.
-const GUEST_PACKAGES: [&str; 12] = [
+/// debootstrap does not pick for the virtual package podman asks for;
+/// ibverbs-utils and ibverbs-providers: a real verbs client (ibv_devinfo)
+/// and the Soft-RoCE provider it needs, for the RDMA scene.
+const GUEST_PACKAGES: [&str; 14] = [
     "systemd-sysv",
     "udev",
     "dbus",
@@ -57,10 +59,12 @@ const GUEST_PACKAGES: [&str; 12] = [
     "iproute2",
     "containernetworking-plugins",
     "apparmor",
+    "ibverbs-utils",
+    "ibverbs-providers",
 ];
 /// Bumped when the guest's configuration below changes, so a cached root
 /// filesystem is configured again.
-const ROOTFS_VERSION: &str = "1";
+const ROOTFS_VERSION: &str = "2";
 /// Units that only slow the boot down or fight over the serial console.
 const MASKED_UNITS: [&str; 12] = [
     "getty@tty1.service",
@@ -77,14 +81,14 @@ const MASKED_UNITS: [&str; 12] = [
     "lxc.service",
 ];
 /// The driver module folders the guest never loads: graphics, sound, radio,
-/// media; they would double the disk.
-const PRUNED_MODULES: [&str; 12] = [
+/// media; they would double the disk. InfiniBand stays: Soft-RoCE
+/// (rdma_rxe) makes real verbs nodes on any interface.
+const PRUNED_MODULES: [&str; 11] = [
     "kernel/sound",
     "kernel/drivers/gpu",
     "kernel/drivers/media",
     "kernel/drivers/net/wireless",
     "kernel/drivers/net/ethernet",
-    "kernel/drivers/infiniband",
     "kernel/drivers/staging",
     "kernel/drivers/iio",
     "kernel/drivers/bluetooth",
@@ -263,7 +267,10 @@ fn rootfs() -> anyhow::Result<PathBuf> {
     if fs::read_to_string(&stamp).is_ok_and(|v| v == ROOTFS_VERSION) {
         return Ok(root);
     }
-    if !root.join("usr/bin/dockerd").exists() {
+    // debootstrap again only when the package list changed.
+    let packages = root.join(".gpu-trace-lab-packages");
+    let wanted = GUEST_PACKAGES.join(",");
+    if fs::read_to_string(&packages).ok().as_deref() != Some(wanted.as_str()) {
         let partial = lab_dir().join("rootfs.partial");
         if partial.exists() {
             fs::remove_dir_all(&partial)?;
@@ -276,7 +283,7 @@ fn rootfs() -> anyhow::Result<PathBuf> {
             Command::new("debootstrap")
                 .arg("--variant=minbase")
                 .arg(format!("--cache-dir={}", debs.display()))
-                .arg(format!("--include={}", GUEST_PACKAGES.join(",")))
+                .arg(format!("--include={wanted}"))
                 .args(["bookworm"])
                 .arg(&partial)
                 .arg(MIRROR)
@@ -290,6 +297,7 @@ fn rootfs() -> anyhow::Result<PathBuf> {
             fs::remove_dir_all(&root)?;
         }
         fs::rename(&partial, &root)?;
+        fs::write(&packages, &wanted)?;
     }
     configure_rootfs(&root)?;
     fs::write(&stamp, ROOTFS_VERSION)?;

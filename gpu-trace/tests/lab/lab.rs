@@ -20,12 +20,12 @@ use crate::common::*;
 const FRONTEND: u32 = 195;
 
 /// The lab's module and image, or None (said) outside the lab.
-struct Lab {
-    driver: PathBuf,
-    image: String,
+pub(crate) struct Lab {
+    pub(crate) driver: PathBuf,
+    pub(crate) image: String,
 }
 
-fn lab_test(name: &str) -> Option<Lab> {
+pub(crate) fn lab_test(name: &str) -> Option<Lab> {
     kernel_test(name)?;
     let (Ok(driver), Ok(image)) = (
         std::env::var("GPU_TRACE_LAB_DRIVER"),
@@ -56,10 +56,10 @@ fn lab_with_nodes(name: &str) -> Option<(Lab, Driver, u32)> {
 }
 
 /// The stand-in driver, loaded with `params`; unloaded when dropped.
-struct Driver;
+pub(crate) struct Driver;
 
 impl Driver {
-    fn load(lab: &Lab, params: &[&str]) -> Self {
+    pub(crate) fn load(lab: &Lab, params: &[&str]) -> Self {
         // A test that failed may have left it loaded.
         let _ = Command::new("rmmod").arg("gpu_standin").output();
         let out = Command::new("insmod")
@@ -79,7 +79,7 @@ impl Drop for Driver {
 }
 
 /// The major /proc/devices lists for `name` (a char driver).
-fn major_of(name: &str) -> Option<u32> {
+pub(crate) fn major_of(name: &str) -> Option<u32> {
     let devices = fs::read_to_string("/proc/devices").expect("read /proc/devices");
     devices
         .lines()
@@ -92,7 +92,7 @@ fn major_of(name: &str) -> Option<u32> {
 }
 
 /// The node at `path`, made anew as nvidia-modprobe makes it: mode 0666.
-fn mknod(path: &Path, major: u32, minor: u32) {
+pub(crate) fn mknod(path: &Path, major: u32, minor: u32) {
     let _ = fs::remove_file(path);
     fs::create_dir_all(path.parent().expect("in a folder")).expect("node folder");
     let out = Command::new("mknod")
@@ -113,14 +113,14 @@ fn make_nodes() -> u32 {
     uvm
 }
 
-fn run(program: &str, args: &[&str]) -> Output {
+pub(crate) fn run(program: &str, args: &[&str]) -> Output {
     Command::new(program)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("run {program}: {e}"))
 }
 
-fn succeeded(program: &str, args: &[&str]) -> Output {
+pub(crate) fn succeeded(program: &str, args: &[&str]) -> Output {
     let out = run(program, args);
     assert!(
         out.status.success(),
@@ -130,7 +130,7 @@ fn succeeded(program: &str, args: &[&str]) -> Output {
     out
 }
 
-fn stdout_of(out: &Output) -> String {
+pub(crate) fn stdout_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -275,12 +275,12 @@ fn opens_when_passed(lab: &Lab, name: &str, node: &str) -> Container {
     passed
 }
 
-fn fix_text(event: &Value) -> String {
+pub(crate) fn fix_text(event: &Value) -> String {
     event["hint"].as_str().unwrap_or_default().to_string()
 }
 
 /// The manager watch names as the writer of the program that denied it.
-fn writer_of(event: &Value) -> &str {
+pub(crate) fn writer_of(event: &Value) -> &str {
     event["denied_by"]["writer"]["manager"]
         .as_str()
         .unwrap_or_else(|| panic!("no writer: {event:#}"))
@@ -667,7 +667,7 @@ fn podman_and_systemd_denials_name_the_container_and_the_unit() {
 }
 
 /// The first event watch wrote about a systemd unit and char major `major`.
-fn event_of_unit(watcher: &Watcher, unit: &str, major: u32) -> Value {
+pub(crate) fn event_of_unit(watcher: &Watcher, unit: &str, major: u32) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
         let found = watcher
@@ -686,7 +686,7 @@ fn event_of_unit(watcher: &Watcher, unit: &str, major: u32) -> Value {
 /// `systemd-run` of a short service that opens `node` (of char major
 /// `major`) and lives on a little (watch reads its policy after the
 /// denial); the open must fail. The first event watch wrote about it.
-fn service_denied(
+pub(crate) fn service_denied(
     watcher: &Watcher,
     unit: &str,
     properties: &[&str],
@@ -703,90 +703,6 @@ fn service_denied(
     let out = run("systemd-run", &args);
     assert!(!out.status.success(), "{unit}'s open of {node} was allowed");
     event_of_unit(watcher, &format!("{unit}.service"), major)
-}
-
-#[test]
-fn the_devices_next_to_the_gpu_are_watched_from_their_drivers_load_and_say_what_the_job_sees() {
-    let lab = or_skip!(lab_test);
-    // watch runs first, as an audit logger does: the drivers load after it.
-    let _ = Command::new("rmmod").arg("gpu_standin").output();
-    let mut watcher = Watcher::start(&["--format", "json"]);
-    let _driver = Driver::load(&lab, &["neighbours=1"]);
-    let families = [
-        // (driver, node, minor, vendor, role, what the job sees)
-        (
-            "infiniband_verbs",
-            "/dev/infiniband/uverbs0",
-            192,
-            Value::Null,
-            "rdma",
-            "fall back to TCP sockets without an error",
-        ),
-        (
-            "nvidia-caps-imex-channels",
-            "/dev/nvidia-caps-imex-channels/channel0",
-            0,
-            Value::from("nvidia"),
-            "imex",
-            "CUDA_ERROR_NOT_PERMITTED",
-        ),
-        (
-            "gdrdrv",
-            "/dev/gdrdrv",
-            0,
-            Value::from("nvidia"),
-            "gpudirect",
-            "copies through host memory",
-        ),
-        (
-            "nvidia-fs",
-            "/dev/nvidia-fs0",
-            0,
-            Value::from("nvidia"),
-            "gpudirect",
-            "copies through host memory",
-        ),
-    ];
-    let mut majors = Vec::new();
-    for (driver, node, minor, ..) in &families {
-        let major = major_of(driver).unwrap_or_else(|| panic!("{driver} in /proc/devices"));
-        mknod(Path::new(node), major, *minor);
-        majors.push(major);
-    }
-    assert_eq!(majors[0], 231, "the verbs nodes' fixed major");
-    // Said in the order of the majors.
-    let mut said: Vec<(u32, &str)> = majors
-        .iter()
-        .zip(&families)
-        .map(|(m, f)| (*m, f.0))
-        .collect();
-    said.sort_unstable();
-    for (major, driver) in said {
-        watcher.wait_for_stderr(&format!(
-            "gpu-trace: now also watching char major {major} ({driver}), registered after start"
-        ));
-    }
-
-    for (major, (driver, node, minor, vendor, role, sees)) in majors.into_iter().zip(families) {
-        // A service whose policy systemd writes: no device allowed.
-        let unit = format!("gt-lab-{role}-{major}");
-        let event = service_denied(&watcher, &unit, &["DevicePolicy=closed"], node, major);
-        assert_eq!(event["driver"], driver, "{event:#}");
-        assert_eq!(event["vendor"], vendor, "{event:#}");
-        assert_eq!(event["role"], role, "{event:#}");
-        assert_eq!(event["minor"], minor, "{event:#}");
-        assert_eq!(writer_of(&event), "systemd", "{event:#}");
-        assert_eq!(event["cause"], "device-denied", "{event:#}");
-        let explanation = event["explanation"].as_str().unwrap_or_default();
-        assert!(explanation.contains(sees), "{explanation}");
-        // That one node, by the path the host has it at.
-        let fix = fix_text(&event);
-        assert!(fix.contains(&format!("`DeviceAllow={node} rw`")), "{fix}");
-        let _ = fs::remove_file(node);
-    }
-    let _ = fs::remove_dir("/dev/infiniband");
-    let _ = fs::remove_dir("/dev/nvidia-caps-imex-channels");
-    watcher.stop_cleanly();
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod lab;
 mod lxc;
 #[path = "../runtimes/lxc_policy.rs"]
 mod lxc_policy;
+mod neighbours;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;
 #[path = "../runtimes/runc.rs"]

@@ -1,5 +1,6 @@
 //! The devices next to the GPU in the target's view (RDMA verbs and
-//! management nodes, IMEX channels, GPUDirect, VFIO groups), and whether
+//! management nodes, IMEX channels, GPUDirect, VFIO groups, NVSwitch
+//! nodes), and whether
 //! the target may open each. Listed beside the GPU's nodes, never judged
 //! for `usable`: a container may rightly have none of them, so a denial
 //! here is a prediction to read, not a problem.
@@ -20,6 +21,7 @@ use crate::{
     kernel::programs_in_force::CgroupPolicy,
     model::{
         nic::RdmaNic,
+        node::NvidiaNode,
         vendor::{vendor_and_role, Role, Vendor},
     },
 };
@@ -55,12 +57,16 @@ pub fn neighbour_nodes(
     v1: Option<&DevicesList>,
     majors: &CharMajors,
 ) -> Vec<NeighbourNode> {
-    DIRS.iter()
+    let mut nodes: Vec<NeighbourNode> = DIRS
+        .iter()
         .flat_map(|dir| char_devices_in(root, dir))
         .filter_map(|(path, rdev)| {
             let (major, minor) = (libc::major(rdev), libc::minor(rdev));
             let driver = majors.driver(major)?;
-            let (vendor, role) = vendor_and_role(Some(driver), major, minor, None, || {
+            // NVIDIA's own node for NVSwitch's, whose role its driver's name
+            // alone does not give.
+            let node = NvidiaNode::from_device(driver, minor);
+            let (vendor, role) = vendor_and_role(Some(driver), major, minor, node, || {
                 device_facts(major, minor)
             });
             let role = role.filter(|r| r.is_next_to_the_gpu())?;
@@ -83,5 +89,8 @@ pub fn neighbour_nodes(
                     .flatten(),
             })
         })
-        .collect()
+        .collect();
+    // By path: the order a directory lists its entries in is no order.
+    nodes.sort_by(|a, b| a.path.cmp(&b.path));
+    nodes
 }

@@ -123,21 +123,24 @@ fn each_device_next_to_the_gpu_is_watched_by_default_and_its_denial_says_what_th
 #[test]
 fn check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_judging_them() {
     let host = or_skip!(kernel_test);
-    if Path::new("/dev/gdrdrv").exists() || Path::new("/dev/infiniband").exists() {
+    if Path::new("/dev/gdrdrv").exists()
+        || Path::new("/dev/infiniband").exists()
+        || Path::new("/dev/nvidia-nvswitch0").exists()
+    {
         crate::skip::cannot_run(
             "check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_judging_them",
-            "this host has a real /dev/gdrdrv or /dev/infiniband",
+            "this host has a real /dev/gdrdrv, /dev/infiniband or NVSwitch",
         );
         return;
     }
-    let free = free_majors(2);
-    let &[gdr, verbs] = &free[..] else {
-        panic!("two free majors: {free:?}")
+    let free = free_majors(3);
+    let &[gdr, verbs, nvswitch] = &free[..] else {
+        panic!("three free majors: {free:?}")
     };
     let proc_devices = tempfile::NamedTempFile::new().expect("temp file");
     fs::write(
         proc_devices.path(),
-        format!("Character devices:\n  1 mem\n{gdr} gdrdrv\n{verbs} infiniband_verbs\n"),
+        format!("Character devices:\n  1 mem\n{gdr} gdrdrv\n{verbs} infiniband_verbs\n{nvswitch} nvidia-nvswitch\n"),
     )
     .expect("write the /proc/devices copy");
     // check looks at the target's /dev: here, the host's.
@@ -153,6 +156,7 @@ fn check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_jud
     fs::create_dir("/dev/infiniband").expect("mkdir /dev/infiniband");
     node("/dev/gdrdrv", gdr, 0);
     node("/dev/infiniband/uverbs0", verbs, 192);
+    node("/dev/nvidia-nvswitch0", nvswitch, 0);
     let cgroup = scratch_cgroup(&host, "neighbours-check");
     let _policy =
         ScratchPolicy::attach(&cgroup, &[(gdr, ACCESS_READ | ACCESS_WRITE | ACCESS_MKNOD)])
@@ -160,6 +164,7 @@ fn check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_jud
     let relative = cgroup.relative_path().to_str().expect("UTF-8").to_string();
     let (status, report) = check_json_with(&["--cgroup", &relative], Some(proc_devices.path()));
     let _ = fs::remove_file("/dev/gdrdrv");
+    let _ = fs::remove_file("/dev/nvidia-nvswitch0");
     let _ = fs::remove_dir_all("/dev/infiniband");
 
     // CUDA is judged (no GPU here: exit 1), the neighbours are not: the
@@ -182,6 +187,11 @@ fn check_lists_the_devices_next_to_the_gpu_with_the_targets_verdicts_without_jud
             (
                 "/dev/infiniband/uverbs0".into(),
                 "rdma".into(),
+                "allowed".into()
+            ),
+            (
+                "/dev/nvidia-nvswitch0".into(),
+                "nvswitch".into(),
                 "allowed".into()
             ),
         ],

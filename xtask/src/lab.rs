@@ -620,6 +620,14 @@ fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Resu
     fs::create_dir_all(&dir)?;
     fs::copy(&binaries.gpu_trace, dir.join("gpu-trace"))?;
     fs::copy(&binaries.lab_tests, dir.join("lab-tests"))?;
+    let c_programs = dir.join("c-programs");
+    fs::create_dir_all(&c_programs)?;
+    for program in &binaries.c_programs {
+        fs::copy(
+            program,
+            c_programs.join(program.file_name().expect("a file")),
+        )?;
+    }
     let script = dir.join("run");
     fs::write(
         &script,
@@ -692,10 +700,11 @@ fn boot(
     shell: bool,
 ) -> anyhow::Result<Outcome> {
     let dir = lab_dir().join(kernel.series.name());
+    // intel_iommu=on: the VFIO scene's network card needs an IOMMU group.
     let append = if shell {
-        "root=/dev/vda rw quiet gpu-trace.lab_shell=1"
+        "root=/dev/vda rw quiet intel_iommu=on gpu-trace.lab_shell=1"
     } else {
-        "root=/dev/vda rw quiet"
+        "root=/dev/vda rw quiet intel_iommu=on"
     };
     let machine = Machine {
         vmlinuz: &kernel.vmlinuz,
@@ -703,6 +712,7 @@ fn boot(
         memory: "3G",
         append,
         disks: &[disk, payload],
+        iommu: true,
     };
     let run = if shell {
         shell_run(&machine, &dir)?

@@ -221,6 +221,9 @@ pub(crate) struct Machine<'a> {
     pub append: &'a str,
     /// Raw disk images, written only in a snapshot of this boot.
     pub disks: &'a [&'a Path],
+    /// An emulated IOMMU (q35 with Intel's VT-d), so that PCI devices have
+    /// IOMMU groups a VFIO driver can take.
+    pub iommu: bool,
 }
 
 impl<'a> Machine<'a> {
@@ -232,6 +235,7 @@ impl<'a> Machine<'a> {
             memory: "1G",
             append: "",
             disks: &[],
+            iommu: false,
         }
     }
 
@@ -244,7 +248,12 @@ impl<'a> Machine<'a> {
         let mut command = Command::new("qemu-system-x86_64");
         command
             .args(["-accel", accel, "-cpu", cpu, "-m", self.memory, "-smp", "2"])
-            .args(["-nographic", "-monitor", "none", "-no-reboot"])
+            .args(["-nographic", "-monitor", "none", "-no-reboot"]);
+        if self.iommu {
+            // Before any other PCI device, as qemu requires of the IOMMU.
+            command.args(["-machine", "q35", "-device", "intel-iommu"]);
+        }
+        command
             .arg("-kernel")
             .arg(self.vmlinuz)
             .arg("-initrd")

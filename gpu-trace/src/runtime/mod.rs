@@ -132,7 +132,7 @@ pub trait ContainerRuntime: Sync {
     /// (systemd's reload, runc after an update).
     fn keep_rules(&self, container: &Container, device: &DeviceToAllow) -> Vec<String> {
         match self.engine() {
-            Some(_) => oci_engine::keep_rules(),
+            Some(engine) => oci_engine::keep_rules(engine),
             None => self.allow_device(container, device),
         }
     }

@@ -56,11 +56,26 @@ pub(super) fn label(runtime: Runtime, id: &str) -> String {
 
 /// Devices passed as device specs survive systemd's reload; rules added
 /// by hand do not.
-pub(super) fn keep_rules() -> Vec<String> {
+pub(super) fn keep_rules(engine: Engine) -> Vec<String> {
+    if engine == Engine::Kubernetes {
+        return keep_pod_rules();
+    }
     vec![
         "give the container its GPUs as devices (`--gpus` naming them, `--device`, or CDI specs) so reloads keep them".to_string(),
         "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
         "or let the engine manage cgroups itself: the cgroupfs driver (dockerd `\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]`, containerd `SystemdCgroup = false`), whose rules systemd never re-applies".to_string(),
         "restarting the container helps only until the next `systemctl daemon-reload`".to_string(),
+    ]
+}
+
+/// A pod's rules are rewritten by the kubelet's UpdateContainerResources
+/// (CPU manager, in-place resize) as well as by a reload: the device plugin
+/// must pass the devices, never a hand edit the next update undoes.
+fn keep_pod_rules() -> Vec<String> {
+    vec![
+        "have the device plugin pass the GPUs as device specs so that an update of the pod's resources keeps them: NVIDIA's with `PASS_DEVICE_SPECS=true`, or CDI (`deviceListStrategy: cdi-cri`)".to_string(),
+        "or create the /dev/char symlinks systemd needs to keep the rules: `nvidia-ctk system create-dev-char-symlinks --create-all`".to_string(),
+        "or the cgroupfs driver for the kubelet and containerd (`cgroupDriver: cgroupfs`, containerd `SystemdCgroup = false`), whose rules systemd never re-applies".to_string(),
+        "recreating the pod helps only until the next UpdateContainerResources (the CPU manager, an in-place resize) or `systemctl daemon-reload`".to_string(),
     ]
 }

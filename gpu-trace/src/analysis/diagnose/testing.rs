@@ -26,6 +26,9 @@ pub use crate::{
 pub const DOCKER_SCOPE: &str =
     "/system.slice/docker-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
 
+/// A pod's container under the kubelet's systemd cgroup driver.
+pub const KUBEPODS_SCOPE: &str = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_1111_4000_8000_000000000001.slice/cri-containerd-3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8.scope";
+
 /// The same container's cgroup under Docker's cgroupfs driver.
 pub const DOCKER_CGROUPFS: &str =
     "/docker/3f2a9c1b0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";

@@ -30,7 +30,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     let fix = facts.keep_denied_rules();
     Some(Finding {
         explanation: format!(
-            "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or runc after `docker update`)"
+            "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or an update of their resources: `docker update`, the kubelet's UpdateContainerResources from its CPU manager or an in-place resize)"
         ),
         fix,
     })
@@ -102,5 +102,22 @@ mod tests {
         let denied = denied(DOCKER_SCOPE, "/dev/nvidia0", 195, 0);
         let diag = diagnosed_as(&mut d, &denied, Cause::RulesRewritten);
         assert_has(&diag.hint, "create-dev-char-symlinks");
+    }
+
+    #[test]
+    fn a_pods_rewrite_asks_the_device_plugin_for_device_specs_not_a_hand_edit() {
+        let mut d = Diagnoser::default();
+        let allowed = record(KUBEPODS_SCOPE, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3);
+        assert!(diagnose(&mut d, &allowed).is_none());
+        let denied = denied(KUBEPODS_SCOPE, "/dev/nvidia0", 195, 0);
+        let diag = diagnosed_as(&mut d, &denied, Cause::RulesRewritten);
+        assert_has(&diag.explanation, "UpdateContainerResources");
+        assert_starts(
+            &diag.hint,
+            "have the device plugin pass the GPUs as device specs so that an update of the pod's resources keeps them: NVIDIA's with `PASS_DEVICE_SPECS=true`",
+        );
+        assert_has(&diag.hint, "`cgroupDriver: cgroupfs`");
+        assert!(!diag.hint.contains("--device"), "{}", diag.hint);
+        assert!(!diag.hint.contains("195:*"), "{}", diag.hint);
     }
 }

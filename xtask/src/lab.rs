@@ -179,7 +179,7 @@ step runtimes runtimes
 step selftest gpu-trace selftest
 export GPU_TRACE_BIN=/lab/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
 export GPU_TRACE_LAB_DRIVER=/lab/drivers/$(uname -r)/gpu_standin.ko GPU_TRACE_LAB_IMAGE=lab-busybox:latest
-export GPU_TRACE_LAB_UNIT=/lab/gpu-trace.service
+export GPU_TRACE_LAB_UNIT=/lab/gpu-trace.service GPU_TRACE_C_PROGRAMS=/lab/c-programs
 # gpu-trace/tests/lab, with the LXC and runc tests: here their policies meet systemd's.
 step lab-tests lab-tests --test-threads=1 --nocapture
 

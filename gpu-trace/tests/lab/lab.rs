@@ -49,7 +49,7 @@ fn lab_with_driver(name: &str, params: &[&str]) -> Option<(Lab, Driver)> {
 
 /// The lab with the stand-in driver loaded as it loads by default and its
 /// nodes made: what most scenarios start from. The uvm major is the last.
-fn lab_with_nodes(name: &str) -> Option<(Lab, Driver, u32)> {
+pub(crate) fn lab_with_nodes(name: &str) -> Option<(Lab, Driver, u32)> {
     let (lab, driver) = lab_with_driver(name, &[])?;
     let uvm = make_nodes();
     Some((lab, driver, uvm))
@@ -205,7 +205,7 @@ fn cgroup_dir(relative: &str) -> PathBuf {
 }
 
 /// Ids and names of the device programs attached at `cgroup` itself.
-fn programs_at(cgroup: &str) -> Vec<(u32, String)> {
+pub(crate) fn programs_at(cgroup: &str) -> Vec<(u32, String)> {
     let dir = fs::File::open(cgroup_dir(cgroup)).expect("open the cgroup");
     device_programs(&dir, false)
         .expect("query its device programs")
@@ -218,7 +218,7 @@ fn programs_at(cgroup: &str) -> Vec<(u32, String)> {
 /// Replaces the program at `cgroup` by one that allows every device, the
 /// way NVIDIA's legacy hook patches a container's policy behind runc's
 /// back. Returns the new program's id.
-fn patch_like_a_hook(cgroup: &str) -> u32 {
+pub(crate) fn patch_like_a_hook(cgroup: &str) -> u32 {
     let programs = programs_at(cgroup);
     assert_eq!(programs.len(), 1, "one program at {cgroup}: {programs:?}");
     let hook = load_device_program("gt_lab_hook", &denylist_program(&[])).expect("load the hook's");

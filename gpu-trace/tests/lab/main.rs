@@ -7,6 +7,9 @@
 #[allow(dead_code)]
 #[path = "../support/common.rs"]
 mod common;
+#[allow(dead_code)]
+#[path = "../support/cri.rs"]
+mod cri;
 mod lab;
 #[allow(dead_code)]
 #[path = "../runtimes/lxc.rs"]
@@ -14,6 +17,7 @@ mod lxc;
 #[path = "../runtimes/lxc_policy.rs"]
 mod lxc_policy;
 mod neighbours;
+mod pods;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;
 #[path = "../runtimes/runc.rs"]

@@ -1,6 +1,7 @@
 //! A Kubernetes node without the kubelet: a containerd of the test's own,
 //! its CRI plugin driven over gRPC with the calls and the settings the
-//! kubelet uses (cgroupfs driver, host-network pods), and images imported
+//! kubelet uses (the cgroupfs or the systemd cgroup driver, host-network
+//! pods), and images imported
 //! from tarballs made here, so that nothing is pulled.
 //!
 //! The CRI messages (`runtime.v1`, cri-api's api.proto) are declared by
@@ -286,11 +287,72 @@ pub fn containerd_installed(test: &str) -> bool {
     true
 }
 
+/// How the kubelet and runc lay out a pod's cgroups.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// `/kubepods/burstable/pod<UID>/<ID>`, written by runc itself.
+    Cgroupfs,
+    /// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<UID>.slice/cri-containerd-<ID>.scope`:
+    /// units of systemd, which runc asks to make them.
+    Systemd,
+}
+
+impl CgroupDriver {
+    /// The pod's cgroup parent as the kubelet passes it in RunPodSandbox.
+    fn cgroup_parent(self, uid: &str) -> String {
+        match self {
+            CgroupDriver::Cgroupfs => self.pod_cgroup(uid),
+            CgroupDriver::Systemd => pod_slice(uid),
+        }
+    }
+
+    /// The pod's cgroup, from the root of a hierarchy.
+    fn pod_cgroup(self, uid: &str) -> String {
+        match self {
+            CgroupDriver::Cgroupfs => format!("/kubepods/burstable/pod{uid}"),
+            CgroupDriver::Systemd => format!(
+                "/kubepods.slice/kubepods-burstable.slice/{}",
+                pod_slice(uid)
+            ),
+        }
+    }
+
+    /// A container's cgroup in its pod's.
+    fn container_cgroup(self, uid: &str, id: &str) -> String {
+        match self {
+            CgroupDriver::Cgroupfs => format!("{}/{id}", self.pod_cgroup(uid)),
+            CgroupDriver::Systemd => {
+                format!("{}/cri-containerd-{id}.scope", self.pod_cgroup(uid))
+            }
+        }
+    }
+
+    /// Removes what a pod left: systemd stops its slice; under cgroupfs the
+    /// directories are removed by hand (containerd never does).
+    fn remove_pod_cgroups(self, uid: &str) {
+        match self {
+            CgroupDriver::Cgroupfs => remove_pod_cgroups(uid),
+            CgroupDriver::Systemd => {
+                let _ = Command::new("systemctl")
+                    .args(["stop", &pod_slice(uid)])
+                    .output();
+            }
+        }
+    }
+}
+
+/// The systemd driver's slice for a pod: the kubelet writes a UID's dashes
+/// as underscores, since a dash in a slice's name means a level.
+fn pod_slice(uid: &str) -> String {
+    format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"))
+}
+
 /// A containerd of the test's own: its root (images, snapshots, metadata),
 /// socket and config in a temporary directory, its state where a node's
 /// is (NODE_STATE). Stopped on drop, with the pods' cgroups it leaves.
 pub struct Containerd {
     child: Child,
+    driver: CgroupDriver,
     dir: tempfile::TempDir,
     socket: PathBuf,
     runtime: tokio::runtime::Runtime,
@@ -300,9 +362,15 @@ pub struct Containerd {
 }
 
 impl Containerd {
-    /// Starts it, waits until its CRI says RuntimeReady, and imports the
-    /// sandbox image (the static C pause `pause`) and the busybox image.
+    /// Starts it with the cgroupfs driver (as `start_with`).
     pub fn start(pause: &Path) -> Self {
+        Self::start_with(pause, CgroupDriver::Cgroupfs)
+    }
+
+    /// Starts it with `driver`, waits until its CRI says RuntimeReady, and
+    /// imports the sandbox image (the static C pause `pause`) and the
+    /// busybox image.
+    pub fn start_with(pause: &Path, driver: CgroupDriver) -> Self {
         let dir = temp_dir_named("gpu-trace-containerd-");
         // Not /run/containerd/containerd.sock: a dockerd started meanwhile
         // would take that for a node's containerd and use it.
@@ -310,8 +378,7 @@ impl Containerd {
         let config = dir.path().join("config.toml");
         let cni = dir.path().join("cni");
         fs::create_dir_all(&cni).expect("cni dir");
-        // As a kubeadm node with the cgroupfs driver, host-network pods
-        // only: no CNI config, so NetworkReady stays false, which
+        // As a kubeadm node with `driver`, host-network pods only: no CNI config, so NetworkReady stays false, which
         // host-network pods do not need. restrict_oom_score_adj: root here
         // may lack CAP_SYS_RESOURCE, and runc could not lower the sandbox's
         // oom_score_adj to -998.
@@ -336,7 +403,7 @@ state = "{NODE_STATE}"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "{RUNC}"
-        SystemdCgroup = false
+        SystemdCgroup = {systemd}
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{opt}"
@@ -345,6 +412,7 @@ state = "{NODE_STATE}"
             socket = socket.display(),
             cni = cni.display(),
             opt = dir.path().join("opt").display(),
+            systemd = driver == CgroupDriver::Systemd,
         );
         fs::write(&config, text).expect("write config.toml");
         let log = fs::File::create(dir.path().join("containerd.log")).expect("log");
@@ -392,6 +460,7 @@ state = "{NODE_STATE}"
             .expect("connect to containerd");
         let daemon = Self {
             child,
+            driver,
             dir,
             socket,
             runtime,
@@ -548,7 +617,7 @@ impl Drop for Containerd {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for uid in self.pod_uids.borrow().iter() {
-            remove_pod_cgroups(uid);
+            self.driver.remove_pod_cgroups(uid);
         }
     }
 }
@@ -572,12 +641,6 @@ fn pod_uid() -> String {
     )
 }
 
-/// The pod's cgroup under the cgroupfs driver, as the kubelet names a
-/// burstable pod's.
-fn pod_cgroup(uid: &str) -> String {
-    format!("/kubepods/burstable/pod{uid}")
-}
-
 /// Every cgroup hierarchy's mount point: each v1 one and the unified tree.
 fn cgroup_mounts() -> Vec<PathBuf> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
@@ -597,7 +660,7 @@ fn cgroup_mounts() -> Vec<PathBuf> {
 /// Removes the pod's cgroup from every hierarchy, its children first, and
 /// the kubepods parents once empty (rmdir refuses a cgroup still in use).
 fn remove_pod_cgroups(uid: &str) {
-    let pod = pod_cgroup(uid);
+    let pod = CgroupDriver::Cgroupfs.pod_cgroup(uid);
     for mount in cgroup_mounts() {
         let dir = mount.join(&pod[1..]);
         if dir.exists() {
@@ -694,7 +757,7 @@ impl PodSpec {
             // Must be empty: a host-network pod has no UTS namespace of its own.
             hostname: String::new(),
             linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: pod_cgroup(&uid),
+                cgroup_parent: containerd.driver.cgroup_parent(&uid),
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
                         network: NAMESPACE_NODE,
@@ -751,9 +814,11 @@ impl Pod<'_> {
         self.container_id.as_deref().expect("a container")
     }
 
-    /// The container's cgroup, in every hierarchy (cgroupfs driver).
+    /// The container's cgroup, from the root of every hierarchy.
     pub fn container_cgroup(&self) -> String {
-        format!("{}/{}", pod_cgroup(&self.uid), self.container_id())
+        self.containerd
+            .driver
+            .container_cgroup(&self.uid, self.container_id())
     }
 
     /// UpdateContainerResources, as the kubelet's CPU manager sends it.
@@ -805,6 +870,6 @@ impl Drop for Pod<'_> {
             let remove = PodSandboxIdRequest { pod_sandbox_id: id };
             let _ = cri.call::<_, Empty>(REMOVE_POD_SANDBOX, remove);
         }
-        remove_pod_cgroups(&self.uid);
+        cri.driver.remove_pod_cgroups(&self.uid);
     }
 }

@@ -21,12 +21,13 @@ pub(crate) struct GuestBinaries {
     pub kernel_tests: PathBuf,
     pub lockdown_tests: PathBuf,
     pub lab_tests: PathBuf,
-    /// The kernel tests' C programs (GPU_TRACE_C_PROGRAMS), by file name.
+    /// The kernel tests' C programs (GPU_TRACE_C_PROGRAMS), by file name;
+    /// the lab's too.
     pub c_programs: Vec<PathBuf>,
 }
 
 /// The kernel tests' C programs (tests/kernel/NAME.c) and their flags.
-const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 9] = [
+const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 10] = [
     ("open32", &["-m32"]),
     ("uring_open", &[]),
     ("flip_open", &["-pthread"]),
@@ -36,6 +37,8 @@ const KERNEL_TEST_C_PROGRAMS: [(&str, &[&str]); 9] = [
     ("evict_in_flight", &["-pthread"]),
     ("unmap_path", &["-pthread"]),
     ("launch_and_remove", &[]),
+    // The CRI pods' sandbox, in the lab.
+    ("pause", &[]),
 ];
 
 /// gpu-trace, the kernel-test binary and the tests' C programs, linked

@@ -1,0 +1,226 @@
+//! Kubernetes on a systemd host: containerd's CRI driven as the kubelet
+//! drives it with the systemd cgroup driver (pure cgroup2), its pods' GPU
+//! nodes from the stand-in driver. Where kubernetes#77073 happens: a pod
+//! whose GPU nodes were only mounted, its policy patched the legacy hook's
+//! way, loses them when the kubelet's CPU manager (or an in-place resize)
+//! calls UpdateContainerResources; a pod given them as device specs keeps
+//! them.
+
+use crate::{
+    common::*,
+    cri::{containerd_installed, CgroupDriver, Containerd, PodSpec},
+    lab::*,
+};
+
+const NAMESPACE: &str = "ml-team";
+const POD: &str = "train-0";
+const CONTAINER: &str = "trainer";
+
+/// Opens /dev/nvidia-uvm each time /ctl/goN appears, and writes "ok" or
+/// "denied" to /ctl/saidN. In a subshell: a failed redirection of `exec`
+/// ends the shell.
+const OPEN_ON_CUE: &str = "for n in 1 2; do \
+    while [ ! -e /ctl/go$n ]; do sleep 0.1; done; \
+    if (exec 3<>/dev/nvidia-uvm) 2>/dev/null; then echo ok > /ctl/said$n; \
+    else echo denied > /ctl/said$n; fi; done; exec sleep 600";
+
+/// The node's containerd and dockerd, stopped while the test's own
+/// containerd uses the node's state directory; started again when dropped.
+struct NodeRuntimesStopped;
+
+impl NodeRuntimesStopped {
+    fn stop() -> Self {
+        let _ = run(
+            "systemctl",
+            &[
+                "stop",
+                "docker.socket",
+                "docker.service",
+                "containerd.service",
+            ],
+        );
+        NodeRuntimesStopped
+    }
+}
+
+impl Drop for NodeRuntimesStopped {
+    fn drop(&mut self) {
+        let _ = run(
+            "systemctl",
+            &[
+                "start",
+                "containerd.service",
+                "docker.socket",
+                "docker.service",
+            ],
+        );
+    }
+}
+
+/// The lab with the stand-in's nodes, the static pause, and the node's
+/// runtimes stopped; None (said) outside the lab.
+fn pod_lab(test: &str) -> Option<(Driver, u32, PathBuf, NodeRuntimesStopped)> {
+    let (_lab, driver, uvm) = lab_with_nodes(test)?;
+    let pause = c_program(test, "pause", &[])?;
+    let stopped = NodeRuntimesStopped::stop();
+    assert!(
+        containerd_installed(test),
+        "containerd, runc and busybox in the lab"
+    );
+    Some((driver, uvm, pause, stopped))
+}
+
+/// Writes /ctl/goN and waits for the pod's /ctl/saidN: "ok" or "denied".
+fn open_on_cue(ctl: &Path, n: u32) -> String {
+    fs::write(ctl.join(format!("go{n}")), "").expect("write go");
+    let said = ctl.join(format!("said{n}"));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(text) = fs::read_to_string(&said) {
+            if !text.is_empty() {
+                return text.trim().to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "the pod never opened on cue {n}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The JSON events watch wrote about the container `id`.
+fn events_of_id(watcher: &Watcher, id: &str) -> Vec<Value> {
+    watcher
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["container"]["id"] == id)
+        .collect()
+}
+
+#[test]
+fn a_kubelet_style_update_rewrites_a_hook_patched_pods_rules_and_is_named_with_the_pod() {
+    let (_driver, uvm, pause, _stopped) = or_skip!(pod_lab);
+    let ctl = temp_dir_named("gpu-trace-pod-ctl-");
+    let watcher = Watcher::start(&["--format", "json"]);
+    let containerd = Containerd::start_with(&pause, CgroupDriver::Systemd);
+    // The node only mounted, as the legacy hook mounts it.
+    let pod = PodSpec::new(NAMESPACE, POD, CONTAINER, &["/bin/sh", "-c", OPEN_ON_CUE])
+        .mount(Path::new("/dev/nvidia-uvm"), "/dev/nvidia-uvm", false)
+        .mount(ctl.path(), "/ctl", false)
+        .run(&containerd);
+    let id = pod.container_id().to_string();
+    let scope = pod.container_cgroup();
+    assert!(
+        scope.starts_with("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"),
+        "{scope}"
+    );
+    let hook = patch_like_a_hook(&scope);
+    assert_eq!(open_on_cue(ctl.path(), 1), "ok", "the patched pod opens it");
+    assert_eq!(events_of_id(&watcher, &id), Vec::<Value>::new());
+
+    // What the kubelet's CPU manager sends a started container, on its
+    // reconcile loop (every 10 s): past the start, as in the field, where
+    // NVML's "Unknown Error" comes some seconds after a pod worked.
+    thread::sleep(Duration::from_secs(3));
+    pod.update_resources(1024, "0");
+    let programs = programs_at(&scope);
+    let added: Vec<&(u32, String)> = programs.iter().filter(|(id, _)| *id != hook).collect();
+    assert!(
+        !added.is_empty(),
+        "a program written by the update: {programs:?}"
+    );
+    assert_eq!(
+        open_on_cue(ctl.path(), 2),
+        "denied",
+        "the update took it away"
+    );
+
+    let deadline = Instant::now() + WAIT;
+    let event = loop {
+        if let Some(event) = events_of_id(&watcher, &id).into_iter().next() {
+            break event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no event of the pod: {:#?}\ncontainerd's log:\n{}",
+            watcher.lines(),
+            containerd.log_tail()
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(event["path"], "/dev/nvidia-uvm", "{event:#}");
+    assert_eq!(event["major"], uvm, "{event:#}");
+    assert_eq!(event["verdict"], "denied", "{event:#}");
+    let container = &event["container"];
+    assert_eq!(container["runtime"], "containerd", "{event:#}");
+    assert_eq!(container["cgroup"], scope.as_str(), "{event:#}");
+    assert_eq!(container["namespace"], NAMESPACE, "{event:#}");
+    assert_eq!(container["pod"], POD, "{event:#}");
+    assert_eq!(container["pod_uid"], pod.uid.as_str(), "{event:#}");
+    assert_eq!(container["name"], CONTAINER, "{event:#}");
+    assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
+    assert_eq!(
+        event["denied_by"]["attached_at"],
+        scope.as_str(),
+        "{event:#}"
+    );
+    let culprit = event["denied_by"]["id"].as_u64().expect("a program id") as u32;
+    let (_, culprit_name) = added
+        .iter()
+        .find(|(id, _)| *id == culprit)
+        .unwrap_or_else(|| panic!("the culprit is one of {added:?}: {event:#}"));
+    let expected_writer = if culprit_name == "sd_devices" {
+        "systemd"
+    } else {
+        "runc"
+    };
+    assert_eq!(writer_of(&event), expected_writer, "{event:#}");
+    let explanation = event["explanation"].as_str().unwrap_or_default();
+    assert!(
+        explanation.contains("after the cgroup's first process"),
+        "{explanation}"
+    );
+    // The fix names the device plugin's setting, never a hand edit.
+    let fix = fix_text(&event);
+    assert!(fix.contains("`PASS_DEVICE_SPECS=true`"), "{fix}");
+    assert!(!fix.contains(&format!("{uvm}:*")), "{fix}");
+    println!(
+        "the update's program: {culprit_name}, written by {expected_writer}; the fix: {}",
+        fix_text(&event)
+    );
+    drop(pod);
+    drop(containerd);
+    watcher.stop_cleanly();
+}
+
+#[test]
+fn a_pod_given_its_gpu_as_device_specs_keeps_it_through_a_kubelet_style_update() {
+    let (_driver, uvm, pause, _stopped) = or_skip!(pod_lab);
+    // runc names a device to systemd by its /dev/char link and leaves out
+    // one that has none, as a node made by nvidia-modprobe has not:
+    // `nvidia-ctk system create-dev-char-symlinks` makes them.
+    let link = PathBuf::from(format!("/dev/char/{uvm}:0"));
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink("../nvidia-uvm", &link).expect("the /dev/char link");
+    let ctl = temp_dir_named("gpu-trace-pod-ctl-");
+    let watcher = Watcher::start(&["--format", "json"]);
+    let containerd = Containerd::start_with(&pause, CgroupDriver::Systemd);
+    // As a device plugin with PASS_DEVICE_SPECS=true passes it.
+    let pod = PodSpec::new(NAMESPACE, POD, CONTAINER, &["/bin/sh", "-c", OPEN_ON_CUE])
+        .device(Path::new("/dev/nvidia-uvm"), "/dev/nvidia-uvm")
+        .mount(ctl.path(), "/ctl", false)
+        .run(&containerd);
+    let id = pod.container_id().to_string();
+    assert_eq!(open_on_cue(ctl.path(), 1), "ok");
+    pod.update_resources(1024, "0");
+    assert_eq!(
+        open_on_cue(ctl.path(), 2),
+        "ok",
+        "the device spec survives the update"
+    );
+    thread::sleep(Duration::from_secs(1));
+    assert_eq!(events_of_id(&watcher, &id), Vec::<Value>::new());
+    drop(pod);
+    drop(containerd);
+    let _ = fs::remove_file(&link);
+    watcher.stop_cleanly();
+}

@@ -9,6 +9,7 @@
 mod causes;
 mod facts;
 mod host;
+mod neighbour_modules;
 mod phrasing;
 mod symptoms;
 #[cfg(test)]

@@ -4,8 +4,11 @@
 //! DKMS did not build it for the new kernel). stale-major, tried before,
 //! covers a driver that is loaded on another major.
 
-use super::{super::symptoms, prelude::*};
-use crate::model::{node::NvidiaNode, vendor::Role};
+use super::{
+    super::{neighbour_modules, symptoms},
+    prelude::*,
+};
+use crate::model::node::NvidiaNode;
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     let enxio = facts.verdict == Verdict::Allowed && facts.errno() == Some(libc::ENXIO);
@@ -13,14 +16,14 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         return None;
     }
     let path = facts.path_text();
-    let neighbour = neighbour_of(&path);
+    let neighbour = neighbour_modules::by_path(&path);
     let (module, load) = match neighbour {
-        Some((_, module, load)) => (module, load),
+        Some(n) => (n.module, n.load),
         None => module_of(facts, &path),
     };
     // What the job sees without a device next to the GPU: often nothing.
     let symptom = neighbour
-        .and_then(|(role, ..)| symptoms::of(role))
+        .and_then(|n| symptoms::of(n.role))
         .map(|s| format!(" {s}"))
         .unwrap_or_default();
     Some(Finding {
@@ -36,50 +39,6 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
             "if it does not load (`modprobe` finds no module, or `dmesg` shows a version mismatch), it was not built for the running kernel: `dkms autoinstall -k \"$(uname -r)\"`, or reinstall the driver package for this kernel".to_string(),
         ],
     })
-}
-
-/// A device next to the GPU by the path it is opened at (a node without a
-/// driver has no name in /proc/devices to go by): its role, the module that
-/// gives its major, and how to load it.
-fn neighbour_of(path: &str) -> Option<(Role, &'static str, &'static str)> {
-    let under = |prefix: &str| path.starts_with(prefix);
-    Some(
-        if under("/dev/infiniband/umad") || under("/dev/infiniband/issm") {
-            (Role::Rdma, "ib_umad", "`modprobe ib_umad`")
-        } else if under("/dev/infiniband/") {
-            (
-            Role::Rdma,
-            "ib_uverbs",
-            "`modprobe ib_uverbs` with the NIC's RDMA driver (`mlx5_ib`, `irdma`, `bnxt_re`, ...; `rdma link` lists the RDMA devices the kernel has)",
-        )
-        } else if under("/dev/nvidia-caps-imex-channels/") {
-            (
-                Role::Imex,
-                "the nvidia module (it registers the IMEX channels)",
-                "`modprobe nvidia`",
-            )
-        } else if under("/dev/gdrdrv") {
-            (
-                Role::Gpudirect,
-                "gdrdrv (gdrcopy's module)",
-                "`modprobe gdrdrv` (gdrcopy's gdrdrv-dkms package builds it)",
-            )
-        } else if under("/dev/nvidia-fs") {
-            (
-                Role::Gpudirect,
-                "nvidia-fs (GPUDirect Storage's module)",
-                "`modprobe nvidia-fs`",
-            )
-        } else if under("/dev/vfio/") {
-            (
-            Role::Vfio,
-            "vfio",
-            "`modprobe vfio-pci`, with the device bound to it (`driverctl set-override PCI_ADDRESS vfio-pci`)",
-        )
-        } else {
-            return None;
-        },
-    )
 }
 
 /// The module that gives the node's major, and how to load it.

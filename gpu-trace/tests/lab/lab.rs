@@ -490,12 +490,20 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
         "a program written by the update: {programs:?}"
     );
     let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
+    assert_rewritten_at(event, &scope, &added);
+    watcher.stop_cleanly();
+}
+
+/// Asserts that `event` is a rewrite denied at `scope` by one of `added`
+/// (the programs an update attached there), with that program's writer:
+/// systemd for its `sd_devices`, else runc. Returns the writer.
+pub(crate) fn assert_rewritten_at(
+    event: &Value,
+    scope: &str,
+    added: &[&(u32, String)],
+) -> &'static str {
     assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
-    assert_eq!(
-        event["denied_by"]["attached_at"],
-        scope.as_str(),
-        "{event:#}"
-    );
+    assert_eq!(event["denied_by"]["attached_at"], scope, "{event:#}");
     let culprit = event["denied_by"]["id"].as_u64().expect("a program id") as u32;
     let (_, culprit_name) = added
         .iter()
@@ -507,7 +515,18 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
         "runc"
     };
     assert_eq!(writer_of(event), expected_writer, "{event:#}");
-    watcher.stop_cleanly();
+    expected_writer
+}
+
+/// The JSON events watch wrote about the container whose id is `id` (a
+/// runtime's id, or a systemd unit).
+pub(crate) fn events_of_id(watcher: &Watcher, id: &str) -> Vec<Value> {
+    watcher
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["container"]["id"] == id)
+        .collect()
 }
 
 #[test]

@@ -37,12 +37,7 @@ fn device_allow_in(fix: &str) -> String {
 /// No event about `unit` among watch's lines, a second after it ran.
 fn assert_no_event_of(watcher: &Watcher, unit: &str) {
     thread::sleep(Duration::from_secs(1));
-    let events: Vec<Value> = watcher
-        .lines()
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["container"]["id"] == unit)
-        .collect();
+    let events = events_of_id(watcher, unit);
     assert!(events.is_empty(), "{unit} was reported: {events:#?}");
 }
 

@@ -77,6 +77,9 @@ pub struct DeviceToAllow<'a> {
     /// A GPU's own node, which NVIDIA's toolkit and device plugin hand
     /// out; false for the devices next to it (RDMA, IMEX, GPUDirect, VFIO).
     pub gpu_node: bool,
+    /// For a pod: the GPU's UUID where the kubelet allocated it to the
+    /// container, whose rules should then have had it.
+    pub allocated_gpu: Option<&'a str>,
 }
 
 /// What gpu-trace knows of one runtime.
@@ -200,6 +203,7 @@ mod tests {
         minor: None,
         driver: "nvidia-uvm",
         gpu_node: true,
+        allocated_gpu: None,
     };
 
     fn fix(cgroup: &str) -> String {
@@ -228,6 +232,7 @@ mod tests {
             minor: Some(1),
             driver: "nvidia",
             gpu_node: true,
+            allocated_gpu: None,
         };
         for cgroup in [
             "/lxc/200",

@@ -26,13 +26,17 @@ impl Engine {
 
 /// Under Kubernetes: the device plugin or CDI (containerd and CRI-O alike).
 pub(super) fn kubernetes_allow(device: &DeviceToAllow) -> Vec<String> {
-    let request = if device.gpu_node {
-        "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules"
-    } else {
-        "request the device through the device plugin or CDI spec that hands it out (an RDMA device plugin for a NIC's verbs nodes, NVIDIA's for IMEX channels, a VFIO one for passthrough) rather than hand-written device rules"
+    let request = match device.allocated_gpu {
+        // Requested and allocated already: what failed is how the node
+        // reached the container.
+        Some(uuid) if device.gpu_node => format!(
+            "the kubelet allocated GPU {uuid} to this container, yet its device rules do not allow the node: the device plugin showed the node without passing it as a device (mounted, the legacy hook's way); have it pass device specs: NVIDIA's `PASS_DEVICE_SPECS=true`, or CDI (`deviceListStrategy: cdi-cri`)"
+        ),
+        _ if device.gpu_node => "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
+        _ => "request the device through the device plugin or CDI spec that hands it out (an RDMA device plugin for a NIC's verbs nodes, NVIDIA's for IMEX channels, a VFIO one for passthrough) rather than hand-written device rules".to_string(),
     };
     vec![
-        request.to_string(),
+        request,
         format!(
             "the node must be allowed as {} rw in the container's device rules",
             device.rule()

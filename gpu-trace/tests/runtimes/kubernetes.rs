@@ -268,11 +268,13 @@ fn a_pods_probe_of_a_gpu_it_was_not_given_is_told_from_an_allocated_gpu_denied()
     assert_eq!(incident["allocation"]["allocated"], true, "{incident:#}");
     assert_eq!(incident["cause"], "v1-devices-list", "{incident:#}");
     // The pod's rules are the kubelet's: no hand edit of devices.allow.
+    // Allocated already: the device plugin should have passed it.
     assert_event_starts(
         &incident,
         "hint",
-        "request GPUs through the NVIDIA device plugin",
+        &format!("the kubelet allocated GPU {} to this container", GPUS[2].1),
     );
+    assert_event_says(&incident, "hint", "`PASS_DEVICE_SPECS=true`");
     assert!(
         !event_text(&incident, "hint").contains("devices.allow"),
         "{incident:#}"

@@ -123,6 +123,12 @@ impl Facts {
             minor: self.denied_minor(),
             driver: self.driver_name(),
             gpu_node: !self.next_to_the_gpu(),
+            allocated_gpu: self
+                .allocation
+                .as_ref()
+                .map(|a| &**a.0)
+                .filter(|a| a.allocated)
+                .map(|a| a.gpu.as_str()),
         })
     }
 

@@ -46,6 +46,7 @@ fn nvidia(facts: &Facts, cx: &Context, node: NvidiaNode) -> Finding {
                 minor: facts.denied_minor(),
                 driver: node.driver(),
                 gpu_node: true,
+                allocated_gpu: None,
             },
         ),
     }
@@ -65,6 +66,7 @@ fn kfd(facts: &Facts) -> Finding {
             minor: None,
             driver: KFD_DRIVER,
             gpu_node: true,
+            allocated_gpu: None,
         },
     );
     Finding {

@@ -78,6 +78,15 @@ mod tests {
     #[test]
     fn an_allocated_gpu_denied_is_the_incident_not_a_probe() {
         let r = pod_denied(true, Verdict::DeniedByBpfPolicy);
-        assert_ne!(diagnosis_of(&r).cause, Cause::NotAllocated);
+        let diag = diagnosis_of(&r);
+        assert_ne!(diag.cause, Cause::NotAllocated);
+        // Requested and allocated: the device plugin did not pass it.
+        assert_starts(
+            &diag.hint,
+            "the kubelet allocated GPU GPU-3 to this container, yet its device rules do not allow the node",
+        );
+        assert_has(&diag.hint, "`PASS_DEVICE_SPECS=true`");
+        assert_has(&diag.hint, "c 195:3 rw");
+        assert!(!diag.hint.contains("195:*"), "{}", diag.hint);
     }
 }

@@ -56,6 +56,7 @@ fn node_with_an_old_major(facts: &Facts, cx: &Context) -> Option<Finding> {
                 minor: None,
                 driver: node.driver(),
                 gpu_node: true,
+                allocated_gpu: None,
             },
         ));
     }

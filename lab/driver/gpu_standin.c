@@ -12,6 +12,10 @@
  *                infiniband_verbs on the fixed major 231, and
  *                nvidia-caps-imex-channels, gdrdrv and nvidia-fs on
  *                dynamic majors
+ *   gpus=N       N GPUs in /proc/driver/nvidia/gpus/<PCI bus id>/information,
+ *                as the NVIDIA driver lists them: minors 0..N-1, bus
+ *                0000:(18+minor):00.0, UUID GPU-5ca1ab1e-0000-4000-8000-
+ *                0000000000NN (NN the minor in hex)
  *   shift=1      hold one dynamic major while the others register, then
  *                let it go: after a reload the dynamic majors have moved
  *                and the old ones belong to no driver, as after a reboot
@@ -22,6 +26,8 @@
  */
 #include <linux/fs.h>
 #include <linux/module.h>
+#include <linux/proc_fs.h>
+#include <linux/seq_file.h>
 
 #define FRONTEND_MAJOR 195
 
@@ -39,6 +45,11 @@ static bool neighbours;
 module_param(neighbours, bool, 0444);
 static bool shift;
 module_param(shift, bool, 0444);
+static unsigned int gpus;
+module_param(gpus, uint, 0444);
+MODULE_PARM_DESC(gpus, "GPUs listed under /proc/driver/nvidia/gpus");
+
+#define MAX_GPUS 16
 
 static int standin_open(struct inode *inode, struct file *file)
 {
@@ -81,6 +92,51 @@ static struct standin standins[] = {
 	{ "nvidia-nvswitch", 0, &neighbours, &standin_fops },
 };
 
+/* The driver's information file, in its format: tabs after the names. */
+static int information_show(struct seq_file *m, void *v)
+{
+	unsigned long minor = (unsigned long)m->private;
+
+	seq_puts(m, "Model: \t\t NVIDIA A100-SXM4-40GB\n");
+	seq_puts(m, "IRQ:   \t\t 42\n");
+	seq_printf(m, "GPU UUID: \t\t GPU-5ca1ab1e-0000-4000-8000-%012lx\n",
+		   minor);
+	seq_puts(m, "Video BIOS: \t\t 92.00.45.00.03\n");
+	seq_puts(m, "Bus Type: \t\t PCIe\n");
+	seq_puts(m, "DMA Size: \t\t 47 bits\n");
+	seq_puts(m, "DMA Mask: \t\t 0x7fffffffffff\n");
+	seq_printf(m, "Bus Location: \t\t 0000:%02lx:00.0\n", 0x18 + minor);
+	seq_printf(m, "Device Minor: \t\t %lu\n", minor);
+	seq_puts(m, "GPU Excluded:\t\t No\n");
+	return 0;
+}
+
+static int list_gpus(void)
+{
+	struct proc_dir_entry *dir;
+	unsigned long minor;
+	char name[48];
+
+	if (!gpus)
+		return 0;
+	if (!proc_mkdir("driver/nvidia", NULL) ||
+	    !proc_mkdir("driver/nvidia/gpus", NULL))
+		goto fail;
+	for (minor = 0; minor < min_t(unsigned int, gpus, MAX_GPUS); minor++) {
+		snprintf(name, sizeof(name), "driver/nvidia/gpus/0000:%02lx:00.0",
+			 0x18 + minor);
+		dir = proc_mkdir(name, NULL);
+		if (!dir || !proc_create_single_data("information", 0444, dir,
+						     information_show,
+						     (void *)minor))
+			goto fail;
+	}
+	return 0;
+fail:
+	remove_proc_subtree("driver/nvidia", NULL);
+	return -ENOMEM;
+}
+
 static void release_from(int i)
 {
 	while (--i >= 0) {
@@ -115,11 +171,18 @@ static int __init standin_init(void)
 		unregister_chrdev(standins[0].major, standins[0].name);
 		standins[0].major = 0;
 	}
-	return 0;
+	i = list_gpus();
+	if (i < 0) {
+		pr_err("gpu_standin: listing GPUs: %d\n", i);
+		release_from(ARRAY_SIZE(standins));
+	}
+	return i;
 }
 
 static void __exit standin_exit(void)
 {
+	if (gpus)
+		remove_proc_subtree("driver/nvidia", NULL);
 	release_from(ARRAY_SIZE(standins));
 }
 

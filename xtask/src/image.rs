@@ -25,14 +25,32 @@ pub fn tag() -> String {
     format!("gpu-trace:{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// Where `image` saves it.
+fn tarball_path() -> PathBuf {
+    workspace()
+        .join("target/dist")
+        .join(format!("gpu-trace-image-{}.tar", env!("CARGO_PKG_VERSION")))
+}
+
+/// The saved image, built again when it is missing or older than the
+/// binary it would carry (the lab runs the DaemonSet from it).
+pub fn current_tarball() -> anyhow::Result<PathBuf> {
+    let binary = static_binary()?;
+    let tarball = tarball_path();
+    let modified = |path: &Path| fs::metadata(path).and_then(|m| m.modified()).ok();
+    match (modified(&tarball), modified(&binary)) {
+        (Some(saved), Some(built)) if saved >= built => Ok(tarball),
+        _ => image(false),
+    }
+}
+
 /// Builds the image into a private dockerd and saves it under target/dist;
 /// returns the tarball.
 pub fn image(check: bool) -> anyhow::Result<PathBuf> {
     apt_install(&["docker.io"])?;
     let binary = static_binary()?;
-    let dist = workspace().join("target/dist");
-    fs::create_dir_all(&dist)?;
-    let tarball = dist.join(format!("gpu-trace-image-{}.tar", env!("CARGO_PKG_VERSION")));
+    let tarball = tarball_path();
+    fs::create_dir_all(tarball.parent().expect("target/dist"))?;
     let rootfs = root_filesystem(&binary)?;
     {
         let daemon = Dockerd::start("docker-build")?;

@@ -180,8 +180,10 @@ step selftest gpu-trace selftest
 export GPU_TRACE_BIN=/lab/gpu-trace GPU_TRACE_REQUIRE_KERNEL_TESTS=1 GPU_TRACE_EXPECT_FEXIT=1
 export GPU_TRACE_LAB_DRIVER=/lab/drivers/$(uname -r)/gpu_standin.ko GPU_TRACE_LAB_IMAGE=lab-busybox:latest
 export GPU_TRACE_LAB_UNIT=/lab/gpu-trace.service GPU_TRACE_C_PROGRAMS=/lab/c-programs
+export GPU_TRACE_LAB_DAEMONSET=/lab/daemonset.yaml GPU_TRACE_LAB_TRACE_IMAGE=/lab/gpu-trace-image.tar
 # gpu-trace/tests/lab, with the LXC and runc tests: here their policies meet systemd's.
-step lab-tests lab-tests --test-threads=1 --nocapture
+only=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^gpu-trace\.lab_only=//p')
+step lab-tests lab-tests $only --test-threads=1 --nocapture
 
 report
 if grep -qw gpu-trace.lab_shell=1 /proc/cmdline; then
@@ -191,11 +193,29 @@ fi
 systemctl poweroff
 "#;
 
+/// How a lab run goes beyond the default.
+#[derive(Clone, Copy, Default)]
+pub struct LabRun<'a> {
+    /// Keep the guest up with a shell on the console after the tests.
+    pub shell: bool,
+    /// Only the lab tests whose names contain this.
+    pub only: Option<&'a str>,
+}
+
 /// Builds what is missing and boots each kernel of `series` (both lab
-/// kernels when empty); fails when any failed. `shell` keeps the guest up
-/// with a shell on the console after the tests.
-pub fn lab(series: &[Series], timeout: Duration, shell: bool) -> anyhow::Result<()> {
+/// kernels when empty); fails when any failed.
+pub fn lab(series: &[Series], timeout: Duration, run: LabRun) -> anyhow::Result<()> {
     require_root("building the lab's root filesystem")?;
+    if let Some(only) = run.only {
+        // On the kernel's command line, read by the guest's shell.
+        ensure!(
+            !only.is_empty()
+                && only
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "--only takes letters, digits, `_` and `:`, not {only:?}"
+        );
+    }
     let series: Vec<Series> = if series.is_empty() {
         LAB_SERIES.to_vec()
     } else {
@@ -245,7 +265,7 @@ pub fn lab(series: &[Series], timeout: Duration, shell: bool) -> anyhow::Result<
         .iter()
         .filter(|k| series.iter().any(|s| s.name() == k.series.name()))
     {
-        let outcome = boot(kernel, &disk, &payload, timeout, shell)?;
+        let outcome = boot(kernel, &disk, &payload, timeout, run)?;
         if !outcome.problems.is_empty() {
             failed.push(kernel.series.name());
         }
@@ -611,7 +631,8 @@ fn root_disk(rootfs: &Path, kernels: &[LabKernel]) -> anyhow::Result<PathBuf> {
 }
 
 /// The small second disk: gpu-trace, the kernel-test binary, the modules,
-/// the busybox image and the guest's script.
+/// the busybox image, gpu-trace's image and DaemonSet, and the guest's
+/// script.
 fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Result<PathBuf> {
     let dir = lab_dir().join("payload");
     if dir.exists() {
@@ -648,6 +669,15 @@ fn payload_disk(binaries: &GuestBinaries, kernels: &[LabKernel]) -> anyhow::Resu
         fs::copy(&kernel.driver, drivers.join("gpu_standin.ko"))?;
     }
     busybox_image(&dir.join("busybox.tar"))?;
+    // The DaemonSet as shipped: its manifest and the image it names.
+    fs::copy(
+        workspace().join("contrib/kubernetes/daemonset.yaml"),
+        dir.join("daemonset.yaml"),
+    )?;
+    fs::copy(
+        crate::image::current_tarball()?,
+        dir.join("gpu-trace-image.tar"),
+    )?;
     let disk = lab_dir().join("payload.img");
     ext4_image(&dir, "512M", &disk)?;
     Ok(disk)
@@ -697,20 +727,23 @@ fn boot(
     disk: &Path,
     payload: &Path,
     timeout: Duration,
-    shell: bool,
+    run: LabRun,
 ) -> anyhow::Result<Outcome> {
+    let shell = run.shell;
     let dir = lab_dir().join(kernel.series.name());
     // intel_iommu=on: the VFIO scene's network card needs an IOMMU group.
-    let append = if shell {
-        "root=/dev/vda rw quiet intel_iommu=on gpu-trace.lab_shell=1"
-    } else {
-        "root=/dev/vda rw quiet intel_iommu=on"
-    };
+    let mut append = String::from("root=/dev/vda rw quiet intel_iommu=on");
+    if shell {
+        append.push_str(" gpu-trace.lab_shell=1");
+    }
+    if let Some(only) = run.only {
+        append.push_str(&format!(" gpu-trace.lab_only={only}"));
+    }
     let machine = Machine {
         vmlinuz: &kernel.vmlinuz,
         initramfs: &kernel.initramfs,
         memory: "3G",
-        append,
+        append: &append,
         disks: &[disk, payload],
         iommu: true,
     };

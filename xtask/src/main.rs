@@ -126,6 +126,9 @@ enum Task {
         /// After the scenarios, keep the guest up with a shell on this terminal.
         #[arg(long)]
         shell: bool,
+        /// Only the lab tests whose names contain this (letters, digits, `_`, `:`).
+        #[arg(long, value_name = "NAME")]
+        only: Option<String>,
     },
     /// Build the container image gpu-trace:<version> (docker.io, from the static
     /// binary) and save it to target/dist/gpu-trace-image-<version>.tar.
@@ -156,7 +159,14 @@ fn main() -> ExitCode {
             kernels,
             timeout_secs,
             shell,
-        } => setup().and_then(|()| lab::lab(&kernels, Duration::from_secs(timeout_secs), shell)),
+            only,
+        } => setup().and_then(|()| {
+            let run = lab::LabRun {
+                shell,
+                only: only.as_deref(),
+            };
+            lab::lab(&kernels, Duration::from_secs(timeout_secs), run)
+        }),
         Task::Dist { check } => setup().and_then(|()| dist(check)),
         Task::Image { check } => setup().and_then(|()| image::image(check).map(|_| ())),
         Task::Bench {
@@ -310,7 +320,7 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
     // And the field lab: policies written by systemd, dockerd and podman.
     match (vm, is_root()) {
         (true, true) => vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT)
-            .and_then(|()| lab::lab(&[], lab::DEFAULT_TIMEOUT, false)),
+            .and_then(|()| lab::lab(&[], lab::DEFAULT_TIMEOUT, lab::LabRun::default())),
         (true, false) => {
             eprintln!("xtask: not root: the kernel matrix in qemu (vm-test) is skipped");
             Ok(())

@@ -543,7 +543,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 #[test]
 fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
     let _host = or_skip!(kernel_test);
-    let before = crate::watch::gpu_trace_program_ids();
+    let before = gpu_trace_program_ids();
     let run = Command::new(gpu_trace())
         .args(["run", "--", "sh", "-c", "sleep 1; exit 7"])
         .stdin(Stdio::null())
@@ -553,7 +553,7 @@ fn run_hands_back_the_status_and_its_programs_go_after_it_exits() {
         .expect("start gpu-trace run");
     let deadline = Instant::now() + WAIT;
     let ours = loop {
-        let ours: std::collections::HashSet<u32> = crate::watch::gpu_trace_program_ids()
+        let ours: std::collections::HashSet<u32> = gpu_trace_program_ids()
             .difference(&before)
             .copied()
             .collect();

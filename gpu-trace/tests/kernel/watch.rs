@@ -526,24 +526,6 @@ fn observer_never_changes_a_verdict() {
     );
 }
 
-/// Ids of loaded programs that carry gpu-trace's program names.
-pub fn gpu_trace_program_ids() -> HashSet<u32> {
-    let names: Vec<&str> = [
-        &program::DEVICE_HOOKS[..],
-        &program::OPEN_CALLS,
-        &program::OTHERS,
-    ]
-    .concat()
-    .into_iter()
-    .map(program::as_loaded)
-    .collect();
-    aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter(|info| info.name_as_str().is_some_and(|n| names.contains(&n)))
-        .map(|info| info.id())
-        .collect()
-}
-
 /// watch in JSON, with every open call (`--opens full`), of char major
 /// `major` alone: what the v1 and stale-node tests read their one event from.
 fn full_json_watch_of(major: u32) -> Watcher {

@@ -41,7 +41,7 @@ pub(crate) fn lab_test(name: &str) -> Option<Lab> {
 }
 
 /// The lab, with the stand-in driver loaded with `params`.
-fn lab_with_driver(name: &str, params: &[&str]) -> Option<(Lab, Driver)> {
+pub(crate) fn lab_with_driver(name: &str, params: &[&str]) -> Option<(Lab, Driver)> {
     let lab = lab_test(name)?;
     let driver = Driver::load(&lab, params);
     Some((lab, driver))
@@ -105,7 +105,7 @@ pub(crate) fn mknod(path: &Path, major: u32, minor: u32) {
 }
 
 /// /dev/nvidia0, /dev/nvidiactl and /dev/nvidia-uvm from /proc/devices.
-fn make_nodes() -> u32 {
+pub(crate) fn make_nodes() -> u32 {
     let uvm = major_of("nvidia-uvm").expect("nvidia-uvm in /proc/devices");
     mknod(Path::new("/dev/nvidia0"), FRONTEND, 0);
     mknod(Path::new("/dev/nvidiactl"), FRONTEND, 255);

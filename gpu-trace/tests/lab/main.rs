@@ -10,6 +10,7 @@ mod common;
 #[allow(dead_code)]
 #[path = "../support/cri.rs"]
 mod cri;
+mod daemonset;
 mod lab;
 #[allow(dead_code)]
 #[path = "../runtimes/lxc.rs"]
@@ -17,6 +18,10 @@ mod lxc;
 #[path = "../runtimes/lxc_policy.rs"]
 mod lxc_policy;
 mod neighbours;
+mod pod_gpus;
+#[allow(dead_code)]
+#[path = "../support/pod_resources_server.rs"]
+mod pod_resources_server;
 mod pods;
 #[path = "../support/policy_grid.rs"]
 mod policy_grid;

@@ -10,6 +10,7 @@ use crate::{
     common::*,
     cri::{containerd_installed, CgroupDriver, Containerd, PodSpec},
     lab::*,
+    pod_gpus::check_json_of_pod,
 };
 
 const NAMESPACE: &str = "ml-team";
@@ -26,10 +27,10 @@ const OPEN_ON_CUE: &str = "for n in 1 2; do \
 
 /// The node's containerd and dockerd, stopped while the test's own
 /// containerd uses the node's state directory; started again when dropped.
-struct NodeRuntimesStopped;
+pub(crate) struct NodeRuntimesStopped;
 
 impl NodeRuntimesStopped {
-    fn stop() -> Self {
+    pub(crate) fn stop() -> Self {
         let _ = run(
             "systemctl",
             &[
@@ -86,6 +87,16 @@ fn open_on_cue(ctl: &Path, n: u32) -> String {
     }
 }
 
+/// What `check --pod` says of the pod's /dev/nvidia-uvm.
+fn uvm_verdict_of_pod() -> String {
+    let report = check_json_of_pod(&format!("{NAMESPACE}/{POD}"));
+    println!("check --pod: {report:#}");
+    let target = element_where(&report["views"], "name", "target").expect("target view");
+    let row = element_where(&target["nodes"], "kind", "nvidia-uvm")
+        .unwrap_or_else(|| panic!("no nvidia-uvm in {target:#}"));
+    row["verdict"].as_str().expect("a verdict").to_string()
+}
+
 #[test]
 fn a_kubelet_style_update_rewrites_a_hook_patched_pods_rules_and_is_named_with_the_pod() {
     let (_driver, uvm, pause, _stopped) = or_skip!(pod_lab);
@@ -118,6 +129,8 @@ fn a_kubelet_style_update_rewrites_a_hook_patched_pods_rules_and_is_named_with_t
         !added.is_empty(),
         "a program written by the update: {programs:?}"
     );
+    // check says so before the pod's next open.
+    assert_eq!(uvm_verdict_of_pod(), "denied");
     assert_eq!(
         open_on_cue(ctl.path(), 2),
         "denied",
@@ -183,6 +196,7 @@ fn a_pod_given_its_gpu_as_device_specs_keeps_it_through_a_kubelet_style_update()
     let id = pod.container_id().to_string();
     assert_eq!(open_on_cue(ctl.path(), 1), "ok");
     pod.update_resources(1024, "0");
+    assert_eq!(uvm_verdict_of_pod(), "allowed");
     assert_eq!(
         open_on_cue(ctl.path(), 2),
         "ok",

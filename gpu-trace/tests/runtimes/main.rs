@@ -8,6 +8,7 @@
 #[allow(dead_code)]
 #[path = "../support/common.rs"]
 mod common;
+#[allow(dead_code)]
 #[path = "../support/cri.rs"]
 mod cri;
 mod docker;

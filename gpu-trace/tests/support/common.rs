@@ -789,3 +789,21 @@ pub fn proc_driver_with_gpus(gpus: &[(u32, &str)]) -> tempfile::TempDir {
     }
     root
 }
+
+/// Ids of loaded programs that carry gpu-trace's program names.
+pub fn gpu_trace_program_ids() -> std::collections::HashSet<u32> {
+    let names: Vec<&str> = [
+        &gpu_trace_common::program::DEVICE_HOOKS[..],
+        &gpu_trace_common::program::OPEN_CALLS,
+        &gpu_trace_common::program::OTHERS,
+    ]
+    .concat()
+    .into_iter()
+    .map(gpu_trace_common::program::as_loaded)
+    .collect();
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|info| info.name_as_str().is_some_and(|n| names.contains(&n)))
+        .map(|info| info.id())
+        .collect()
+}

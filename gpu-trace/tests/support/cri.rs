@@ -82,6 +82,9 @@ pub struct PodSandboxConfig {
     pub metadata: Option<PodSandboxMetadata>,
     #[prost(string, tag = "2")]
     pub hostname: String,
+    /// Where the containers' logs go, each at its log_path.
+    #[prost(string, tag = "3")]
+    pub log_directory: String,
     #[prost(message, optional, tag = "8")]
     pub linux: Option<LinuxPodSandboxConfig>,
 }
@@ -98,6 +101,9 @@ pub struct LinuxPodSandboxConfig {
 pub struct LinuxSandboxSecurityContext {
     #[prost(message, optional, tag = "1")]
     pub namespace_options: Option<NamespaceOption>,
+    /// A privileged container needs a privileged sandbox.
+    #[prost(bool, tag = "6")]
+    pub privileged: bool,
 }
 
 /// Modes are NamespaceMode values.
@@ -174,10 +180,43 @@ pub struct ContainerConfig {
     pub image: Option<ImageSpec>,
     #[prost(string, repeated, tag = "3")]
     pub command: Vec<String>,
+    #[prost(string, repeated, tag = "4")]
+    pub args: Vec<String>,
+    #[prost(message, repeated, tag = "6")]
+    pub envs: Vec<KeyValue>,
     #[prost(message, repeated, tag = "7")]
     pub mounts: Vec<Mount>,
     #[prost(message, repeated, tag = "8")]
     pub devices: Vec<Device>,
+    /// In the sandbox's log_directory.
+    #[prost(string, tag = "11")]
+    pub log_path: String,
+    #[prost(message, optional, tag = "15")]
+    pub linux: Option<LinuxContainerConfig>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct KeyValue {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LinuxContainerConfig {
+    #[prost(message, optional, tag = "1")]
+    pub resources: Option<LinuxContainerResources>,
+    #[prost(message, optional, tag = "2")]
+    pub security_context: Option<LinuxContainerSecurityContext>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LinuxContainerSecurityContext {
+    #[prost(bool, tag = "2")]
+    pub privileged: bool,
+    #[prost(message, optional, tag = "3")]
+    pub namespace_options: Option<NamespaceOption>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -215,6 +254,9 @@ pub struct StopContainerRequest {
 pub struct LinuxContainerResources {
     #[prost(int64, tag = "3")]
     pub cpu_shares: i64,
+    /// 0: no limit.
+    #[prost(int64, tag = "4")]
+    pub memory_limit_in_bytes: i64,
     #[prost(string, tag = "6")]
     pub cpuset_cpus: String,
 }
@@ -477,6 +519,18 @@ state = "{NODE_STATE}"
         daemon
     }
 
+    /// An image saved by `docker save` (or made as `import` makes one),
+    /// imported into the CRI's namespace under the names it carries.
+    pub fn import_tarball(&self, tarball: &Path) {
+        run_ok(
+            Command::new(CTR)
+                .arg("--address")
+                .arg(&self.socket)
+                .args(["--namespace", "k8s.io", "images", "import"])
+                .arg(tarball),
+        );
+    }
+
     /// The daemon's log, for a failure's message.
     pub fn log_tail(&self) -> String {
         log_tail(&self.dir.path().join("containerd.log"))
@@ -557,13 +611,7 @@ state = "{NODE_STATE}"
                 .arg(&tarball)
                 .args(["manifest.json", "config.json", "layer.tar"]),
         );
-        run_ok(
-            Command::new(CTR)
-                .arg("--address")
-                .arg(&self.socket)
-                .args(["--namespace", "k8s.io", "images", "import"])
-                .arg(&tarball),
-        );
+        self.import_tarball(&tarball);
     }
 }
 
@@ -697,8 +745,17 @@ pub struct PodSpec {
     pub container: String,
     pub image: String,
     pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub envs: Vec<KeyValue>,
     pub devices: Vec<Device>,
     pub mounts: Vec<Mount>,
+    pub privileged: bool,
+    /// The node's PID namespace (`hostPID: true`).
+    pub host_pid: bool,
+    /// 0: none.
+    pub memory_limit: i64,
+    /// The container's stdout and stderr, in the CRI's log format.
+    pub log_file: Option<PathBuf>,
 }
 
 impl PodSpec {
@@ -711,9 +768,40 @@ impl PodSpec {
             container: container.into(),
             image: BUSYBOX_IMAGE.into(),
             command: command.iter().map(|s| s.to_string()).collect(),
+            args: Vec::new(),
+            envs: Vec::new(),
             devices: Vec::new(),
             mounts: Vec::new(),
+            privileged: false,
+            host_pid: false,
+            memory_limit: 0,
+            log_file: None,
         }
+    }
+
+    /// Pod `name` in `namespace` whose container `container` runs the
+    /// entry point of `image` (imported with `Containerd::import_tarball`)
+    /// with `args`.
+    pub fn of_image(
+        namespace: &str,
+        name: &str,
+        container: &str,
+        image: &str,
+        args: Vec<String>,
+    ) -> Self {
+        Self {
+            image: image.into(),
+            args,
+            ..Self::new(namespace, name, container, &[])
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.envs.push(KeyValue {
+            key: key.into(),
+            value: value.into(),
+        });
+        self
     }
 
     /// A device passed as a device plugin passes one: rw in the cgroup.
@@ -738,6 +826,25 @@ impl PodSpec {
 
     /// RunPodSandbox, CreateContainer, StartContainer.
     pub fn run(self, containerd: &Containerd) -> Pod<'_> {
+        let pid = if self.host_pid {
+            NAMESPACE_NODE
+        } else {
+            NAMESPACE_CONTAINER
+        };
+        let namespaces = NamespaceOption {
+            network: NAMESPACE_NODE,
+            pid,
+        };
+        let (log_directory, log_path) = match &self.log_file {
+            Some(file) => (
+                file.parent().expect("a log folder").display().to_string(),
+                file.file_name()
+                    .expect("a log file")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            None => (String::new(), String::new()),
+        };
         let uid = pod_uid();
         // Recorded first: a failed RunPodSandbox leaves the cgroup too.
         containerd.pod_uids.borrow_mut().push(uid.clone());
@@ -756,13 +863,12 @@ impl PodSpec {
             }),
             // Must be empty: a host-network pod has no UTS namespace of its own.
             hostname: String::new(),
+            log_directory,
             linux: Some(LinuxPodSandboxConfig {
                 cgroup_parent: containerd.driver.cgroup_parent(&uid),
                 security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(NamespaceOption {
-                        network: NAMESPACE_NODE,
-                        pid: NAMESPACE_CONTAINER,
-                    }),
+                    namespace_options: Some(namespaces.clone()),
+                    privileged: self.privileged,
                 }),
             }),
         };
@@ -784,8 +890,21 @@ impl PodSpec {
                     }),
                     image: Some(ImageSpec { image: self.image }),
                     command: self.command,
+                    args: self.args,
+                    envs: self.envs,
                     mounts: self.mounts,
                     devices: self.devices,
+                    log_path,
+                    linux: Some(LinuxContainerConfig {
+                        resources: Some(LinuxContainerResources {
+                            memory_limit_in_bytes: self.memory_limit,
+                            ..Default::default()
+                        }),
+                        security_context: Some(LinuxContainerSecurityContext {
+                            privileged: self.privileged,
+                            namespace_options: Some(namespaces),
+                        }),
+                    }),
                 }),
                 sandbox_config: Some(sandbox_config),
             },
@@ -830,7 +949,20 @@ impl Pod<'_> {
                 linux: Some(LinuxContainerResources {
                     cpu_shares,
                     cpuset_cpus: cpuset_cpus.into(),
+                    ..Default::default()
                 }),
+            },
+        );
+    }
+
+    /// StopContainer as the kubelet sends it when a pod is deleted: the
+    /// stop signal, then SIGKILL after `grace`.
+    pub fn stop_within(&self, grace: Duration) {
+        let _: Empty = self.expect(
+            STOP_CONTAINER,
+            StopContainerRequest {
+                container_id: self.container_id().into(),
+                timeout: grace.as_secs() as i64,
             },
         );
     }

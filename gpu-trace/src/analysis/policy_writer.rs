@@ -7,12 +7,15 @@ use std::rc::Rc;
 use rustc_hash::FxHashMap;
 
 use crate::{
-    host::runtime_processes::oci_runtime_of,
+    host::{
+        clock::BootClock, runtime_processes::oci_runtime_of, systemd_units::unit_of_cgroup,
+        unit_property_changes,
+    },
     kernel::program_holders::holder_of,
     model::{
         container::Container,
         denied_by::DeniedBy,
-        policy_writer::{Manager, PolicyWriter, ProcessRef},
+        policy_writer::{Manager, PolicyWriter, ProcessRef, PropertiesSet},
         rendered::Rendered,
     },
     runtime,
@@ -65,7 +68,16 @@ impl WriterFinder {
         let writer = self
             .writers
             .entry((*id, *loaded_boot_ns))
-            .or_insert_with(|| writer_of_program(*id, name, attached_at, loaded_at, container))
+            .or_insert_with(|| {
+                writer_of_program(
+                    *id,
+                    name,
+                    attached_at,
+                    loaded_at,
+                    *loaded_boot_ns,
+                    container,
+                )
+            })
             .clone();
         let mut filled = (**culprit).clone();
         if let DeniedBy::Program { writer: slot, .. } = &mut filled {
@@ -80,22 +92,41 @@ impl WriterFinder {
     }
 }
 
-/// The writer of a program in force on `container`'s cgroup, asked afresh.
+/// The properties of the systemd unit at `attached_at` set as the program
+/// was loaded: what made systemd (or runc, through it) write it.
+fn properties_set_at_load(attached_at: &str, loaded_boot_ns: u64) -> Option<Box<PropertiesSet>> {
+    let unit = unit_of_cgroup(attached_at)?;
+    let loaded = BootClock::now().wall_time(loaded_boot_ns);
+    let set = unit_property_changes::set_near(unit, loaded)?;
+    Some(Box::new(PropertiesSet {
+        unit: unit.to_string(),
+        properties: set.properties,
+        set_at: chrono::DateTime::<chrono::Utc>::from(set.at)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        drop_ins: set.drop_ins,
+    }))
+}
+
+/// The writer of a program in force on `container`'s cgroup, asked afresh,
+/// with what made it write the program where that is on record.
 pub fn writer_of_program(
     id: u32,
     name: &str,
     attached_at: &str,
     loaded_at: &str,
+    loaded_boot_ns: u64,
     container: &Container,
 ) -> PolicyWriter {
-    work_out(
+    let mut writer = work_out(
         name,
         attached_at,
         loaded_at,
         container,
         holder_of(id),
         || oci_runtime_of(&container.id),
-    )
+    );
+    writer.trigger = properties_set_at_load(attached_at, loaded_boot_ns);
+    writer
 }
 
 /// The writer from the evidence at hand; `runtime` is asked only when the
@@ -114,6 +145,7 @@ fn work_out(
         pid: process.as_ref().map(|p| p.pid),
         comm: process.map(|p| p.comm),
         loaded_at: loaded_at.to_string(),
+        trigger: None,
     };
     if let Some(holder) = holder {
         let manager = Manager::from_comm(&holder.comm).unwrap_or(Manager::Unknown);

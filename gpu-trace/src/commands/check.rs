@@ -216,6 +216,7 @@ fn policy_with_writers(
             &p.name,
             &p.attached_at,
             &p.loaded_at,
+            p.loaded_boot_ns,
             container,
         ));
     }

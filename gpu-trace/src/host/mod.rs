@@ -22,4 +22,5 @@ pub mod security_modules;
 pub mod sysfs_devices;
 pub mod systemd_units;
 pub mod tracefs;
+pub mod unit_property_changes;
 pub mod v1_device_limits;

@@ -75,4 +75,21 @@ pub struct PolicyWriter {
     pub comm: Option<String>,
     /// When the program was loaded (RFC 3339): when its rules were written.
     pub loaded_at: String,
+    /// What made it write them, where that is on record.
+    pub trigger: Option<Box<PropertiesSet>>,
+}
+
+/// A program loaded as properties of the systemd unit at its cgroup were
+/// set (SetUnitProperties: `systemctl set-property`, or a runtime's update
+/// of a container's resources through the systemd cgroup driver), which
+/// makes systemd apply the unit's device rules again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PropertiesSet {
+    pub unit: String,
+    /// The properties set, by their systemd names (`CPUWeight`, `AllowedCPUs`).
+    pub properties: Vec<String>,
+    /// When (RFC 3339), from their drop-ins' times.
+    pub set_at: String,
+    /// The folder of the drop-ins systemd wrote for them.
+    pub drop_ins: String,
 }

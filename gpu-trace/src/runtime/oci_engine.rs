@@ -15,6 +15,15 @@ pub enum Engine {
 }
 
 impl Engine {
+    /// What updates a running container's resources, which through the
+    /// systemd cgroup driver sets its scope's properties.
+    pub fn resource_update(self) -> &'static str {
+        match self {
+            Engine::CommandLine => "the engine's update of the container's resources (`docker update`, `podman update`) through runc or crun",
+            Engine::Kubernetes => "the CRI's UpdateContainerResources (the kubelet's CPU manager, an in-place resize) through the runtime's shim and runc",
+        }
+    }
+
     /// How to give a container ROCm's compute node and render nodes.
     pub fn rocm(self) -> &'static str {
         match self {

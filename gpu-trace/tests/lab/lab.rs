@@ -418,6 +418,12 @@ fn daemon_reload_rewrites_a_patched_docker_containers_rules() {
     );
     assert_eq!(writer_of(event), "systemd", "{event:#}");
     assert_eq!(event["denied_by"]["writer"]["pid"], 1, "{event:#}");
+    // A reload sets no property: no trigger on record.
+    assert_eq!(
+        event["denied_by"]["writer"]["trigger"],
+        Value::Null,
+        "{event:#}"
+    );
     let fix = fix_text(event);
     assert!(fix.contains("--device"), "{fix}");
     assert!(fix.contains("create-dev-char-symlinks"), "{fix}");
@@ -491,6 +497,21 @@ fn docker_update_makes_runc_rewrite_a_patched_policy() {
     );
     let event = &denied_event(&watcher, &container, "/dev/nvidia-uvm", uvm);
     assert_rewritten_at(event, &scope, &added);
+    // The update set the scope's CPU quota through systemd, whose drop-in
+    // says when.
+    let trigger = &event["denied_by"]["writer"]["trigger"];
+    println!("docker update's trigger: {trigger}");
+    assert!(
+        trigger["properties"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p.as_str().is_some_and(|p| p.starts_with("CPUQuota")))),
+        "{event:#}"
+    );
+    assert!(
+        event_text(event, "explanation")
+            .contains("the engine's update of the container's resources"),
+        "{event:#}"
+    );
     watcher.stop_cleanly();
 }
 

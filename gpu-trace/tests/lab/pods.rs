@@ -161,9 +161,28 @@ fn a_kubelet_style_update_rewrites_a_hook_patched_pods_rules_and_is_named_with_t
     assert_eq!(container["pod_uid"], pod.uid.as_str(), "{event:#}");
     assert_eq!(container["name"], CONTAINER, "{event:#}");
     let writer = assert_rewritten_at(&event, &scope, &added);
+    // The trigger, from the drop-ins systemd wrote for the update: runc
+    // set the scope's CPUWeight and AllowedCPUs through it.
+    let unit = scope.rsplit('/').next().expect("the scope");
+    let trigger = &event["denied_by"]["writer"]["trigger"];
+    assert_eq!(trigger["unit"], unit, "{event:#}");
+    assert_eq!(
+        trigger["properties"],
+        serde_json::json!(["AllowedCPUs", "CPUWeight"]),
+        "{event:#}"
+    );
+    assert_eq!(
+        trigger["drop_ins"],
+        format!("/run/systemd/transient/{unit}.d"),
+        "{event:#}"
+    );
     let explanation = event["explanation"].as_str().unwrap_or_default();
     assert!(
         explanation.contains("after the cgroup's first process"),
+        "{explanation}"
+    );
+    assert!(
+        explanation.contains("the CRI's UpdateContainerResources"),
         "{explanation}"
     );
     // The fix names the device plugin's setting, never a hand edit.

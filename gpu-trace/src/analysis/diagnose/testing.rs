@@ -112,6 +112,7 @@ pub fn by_program(attached_at: &str, manager: Manager) -> Rc<Rendered<DeniedBy>>
             pid: Some(1),
             comm: Some("systemd".into()),
             loaded_at: "2026-11-30T06:00:00Z".into(),
+            trigger: None,
         }),
     }))
 }

@@ -5,7 +5,8 @@
 use super::prelude::*;
 use crate::{
     analysis::policy_age::{duration_text, seconds_after_start},
-    model::denied_by::DeniedBy,
+    model::{denied_by::DeniedBy, policy_writer::PropertiesSet},
+    runtime::{self, Engine},
 };
 
 pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
@@ -28,12 +29,36 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
         )
     };
     let fix = facts.keep_denied_rules();
-    Some(Finding {
-        explanation: format!(
-            "{what}: its device rules were rewritten while it ran (as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or an update of their resources: `docker update`, the kubelet's UpdateContainerResources from its CPU manager or an in-place resize)"
+    let how = match trigger(facts) {
+        Some(set) => format!(
+            "when {} of {} {} set at {} (drop-ins in {}): setting a unit's properties makes systemd apply its device rules again, and {} sets them",
+            set.properties.join(", "),
+            set.unit,
+            if set.properties.len() == 1 { "was" } else { "were" },
+            set.set_at,
+            set.drop_ins,
+            runtime::of(facts.container().runtime)
+                .engine()
+                .map_or("`systemctl set-property`", Engine::resource_update),
         ),
+        None => "as `systemctl daemon-reload` does to containers whose devices were not passed as device specs, or an update of their resources: `docker update`, the kubelet's UpdateContainerResources from its CPU manager or an in-place resize".to_string(),
+    };
+    Some(Finding {
+        explanation: format!("{what}: its device rules were rewritten while it ran ({how})"),
         fix,
     })
+}
+
+/// The unit's properties set as the denying program was loaded, where
+/// systemd's drop-ins say so.
+fn trigger(facts: &Facts) -> Option<&PropertiesSet> {
+    match facts.culprit()? {
+        DeniedBy::Program {
+            writer: Some(writer),
+            ..
+        } => writer.trigger.as_deref(),
+        _ => None,
+    }
 }
 
 /// When the program that denied it was loaded past the start's grace after
@@ -55,7 +80,11 @@ mod tests {
     use crate::{
         analysis::{diagnose::testing::*, test_support::PROC_DEVICES},
         cgroup::first_process::FirstProcess,
-        model::{denied_by::DeniedBy, rendered::Rendered},
+        model::{
+            denied_by::DeniedBy,
+            policy_writer::{Manager, PropertiesSet},
+            rendered::Rendered,
+        },
     };
 
     #[test]
@@ -92,6 +121,38 @@ mod tests {
             .diagnose(&r, &majors, 0, Some(started), None)
             .expect("diagnosis");
         assert_ne!(diag.cause, Cause::RulesRewritten);
+    }
+
+    #[test]
+    fn properties_set_as_the_program_was_loaded_are_named_as_the_trigger() {
+        let mut d = Diagnoser::default();
+        let allowed = record(KUBEPODS_SCOPE, "/dev/nvidia0", 195, 0, Verdict::Allowed, 3);
+        assert!(diagnose(&mut d, &allowed).is_none());
+        let mut denied = denied(KUBEPODS_SCOPE, "/dev/nvidia0", 195, 0);
+        let mut culprit = (**by_program(KUBEPODS_SCOPE, Manager::Systemd)).clone();
+        if let DeniedBy::Program {
+            writer: Some(writer),
+            ..
+        } = &mut culprit
+        {
+            writer.trigger = Some(Box::new(PropertiesSet {
+                unit: "cri-containerd-3f2a.scope".into(),
+                properties: vec!["AllowedCPUs".into(), "CPUWeight".into()],
+                set_at: "2026-11-30T06:00:00Z".into(),
+                drop_ins: "/run/systemd/transient/cri-containerd-3f2a.scope.d".into(),
+            }));
+        }
+        denied.denied_by = Some(Rc::new(Rendered::new(culprit)));
+        let diag = diagnosed_as(&mut d, &denied, Cause::RulesRewritten);
+        assert_has(
+            &diag.explanation,
+            "its device rules were rewritten while it ran (when AllowedCPUs, CPUWeight of cri-containerd-3f2a.scope were set at 2026-11-30T06:00:00Z (drop-ins in /run/systemd/transient/cri-containerd-3f2a.scope.d): setting a unit's properties makes systemd apply its device rules again, and the CRI's UpdateContainerResources (the kubelet's CPU manager, an in-place resize) through the runtime's shim and runc sets them)",
+        );
+        assert!(
+            !diag.explanation.contains("daemon-reload"),
+            "{}",
+            diag.explanation
+        );
     }
 
     #[test]

@@ -8,10 +8,10 @@ use gpu_trace::host::pod_resources::DEFAULT_SOCKET;
 
 use crate::{
     common::*,
-    cri::{containerd_installed, CgroupDriver, Containerd, PodSpec},
+    cri::{CgroupDriver, Containerd, PodSpec},
     lab::*,
     pod_resources_server::PodResourcesServer,
-    pods::NodeRuntimesStopped,
+    pods::{cri_node, NodeRuntimesStopped},
 };
 
 const NAMESPACE: &str = "vision";
@@ -81,16 +81,8 @@ pub(crate) fn gpu_node(minor: u32) -> PathBuf {
 pub(crate) fn gpu_pod_lab(
     test: &str,
 ) -> Option<(Driver, MoreGpuNodes, PathBuf, NodeRuntimesStopped)> {
-    let (_lab, driver) = lab_with_driver(test, &["gpus=3"])?;
-    make_nodes();
-    let nodes = MoreGpuNodes::make();
-    let pause = c_program(test, "pause", &[])?;
-    let stopped = NodeRuntimesStopped::stop();
-    assert!(
-        containerd_installed(test),
-        "containerd, runc and busybox in the lab"
-    );
-    Some((driver, nodes, pause, stopped))
+    let (driver, _uvm, pause, stopped) = cri_node(test, &["gpus=3"])?;
+    Some((driver, MoreGpuNodes::make(), pause, stopped))
 }
 
 /// A pod allocated GPUs 0 and 2, given GPU 0 as a device spec and the
@@ -120,7 +112,7 @@ fn gpus_of_a_cri_pod(pause: &Path, driver: CgroupDriver) {
     let cgroup = pod.container_cgroup();
 
     let pod_name = format!("{NAMESPACE}/{POD}");
-    let report = check_json_of_pod(&pod_name);
+    let (_, report) = check_json_with(&["--pod", &pod_name], None);
     let target = element_where(&report["views"], "name", "target").expect("target view");
     let seen: Vec<(String, String, bool)> = ["nvidia0", "nvidia1", "nvidia2"]
         .iter()
@@ -239,21 +231,6 @@ fn gpus_of_a_cri_pod(pause: &Path, driver: CgroupDriver) {
     drop(pod);
     drop(containerd);
     watcher.stop_cleanly();
-}
-
-/// `check --format json --pod NS/POD`, parsed.
-pub(crate) fn check_json_of_pod(pod: &str) -> Value {
-    let output = Command::new(gpu_trace())
-        .args(["check", "--format", "json", "--pod", pod])
-        .output()
-        .expect("run check");
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "check's JSON: {e}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
 }
 
 #[test]

@@ -10,7 +10,6 @@ use crate::{
     common::*,
     cri::{containerd_installed, CgroupDriver, Containerd, PodSpec},
     lab::*,
-    pod_gpus::check_json_of_pod,
 };
 
 const NAMESPACE: &str = "ml-team";
@@ -61,7 +60,18 @@ impl Drop for NodeRuntimesStopped {
 /// The lab with the stand-in's nodes, the static pause, and the node's
 /// runtimes stopped; None (said) outside the lab.
 fn pod_lab(test: &str) -> Option<(Driver, u32, PathBuf, NodeRuntimesStopped)> {
-    let (_lab, driver, uvm) = lab_with_nodes(test)?;
+    cri_node(test, &[])
+}
+
+/// A node for the test's own containerd: the stand-in loaded with
+/// `params` and its nodes made (the uvm major returned), the static
+/// pause, and the node's runtimes stopped; None (said) outside the lab.
+pub(crate) fn cri_node(
+    test: &str,
+    params: &[&str],
+) -> Option<(Driver, u32, PathBuf, NodeRuntimesStopped)> {
+    let (_lab, driver) = lab_with_driver(test, params)?;
+    let uvm = make_nodes();
     let pause = c_program(test, "pause", &[])?;
     let stopped = NodeRuntimesStopped::stop();
     assert!(
@@ -89,7 +99,7 @@ fn open_on_cue(ctl: &Path, n: u32) -> String {
 
 /// What `check --pod` says of the pod's /dev/nvidia-uvm.
 fn uvm_verdict_of_pod() -> String {
-    let report = check_json_of_pod(&format!("{NAMESPACE}/{POD}"));
+    let (_, report) = check_json_with(&["--pod", &format!("{NAMESPACE}/{POD}")], None);
     println!("check --pod: {report:#}");
     let target = element_where(&report["views"], "name", "target").expect("target view");
     let row = element_where(&target["nodes"], "kind", "nvidia-uvm")

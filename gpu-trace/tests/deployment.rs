@@ -198,6 +198,7 @@ fn daemonset_is_privileged_host_pid_with_mounts_and_scrape_annotation() {
         "/dev",
         "/run/containerd/io.containerd.runtime.v2.task",
         "/var/lib/kubelet/pod-resources",
+        "/run/systemd/transient",
     ] {
         assert!(mounts.contains(&needed), "{needed} mounted: {mounts:?}");
     }

@@ -12,7 +12,7 @@
  *                infiniband_verbs on the fixed major 231, and
  *                nvidia-caps-imex-channels, gdrdrv and nvidia-fs on
  *                dynamic majors
- *   gpus=N       N GPUs in /proc/driver/nvidia/gpus/<PCI bus id>/information,
+ *   gpus=N       N GPUs (at most 16) in /proc/driver/nvidia/gpus/<PCI bus id>/information,
  *                as the NVIDIA driver lists them: minors 0..N-1, bus
  *                0000:(18+minor):00.0, UUID GPU-5ca1ab1e-0000-4000-8000-
  *                0000000000NN (NN the minor in hex)
@@ -111,6 +111,9 @@ static int information_show(struct seq_file *m, void *v)
 	return 0;
 }
 
+/* Whether driver/nvidia is ours to remove. */
+static bool listed;
+
 static int list_gpus(void)
 {
 	struct proc_dir_entry *dir;
@@ -119,10 +122,15 @@ static int list_gpus(void)
 
 	if (!gpus)
 		return 0;
-	if (!proc_mkdir("driver/nvidia", NULL) ||
-	    !proc_mkdir("driver/nvidia/gpus", NULL))
+	if (gpus > MAX_GPUS)
+		return -EINVAL;
+	/* Fails where another module (a real driver) has it: not ours. */
+	if (!proc_mkdir("driver/nvidia", NULL))
+		return -EEXIST;
+	listed = true;
+	if (!proc_mkdir("driver/nvidia/gpus", NULL))
 		goto fail;
-	for (minor = 0; minor < min_t(unsigned int, gpus, MAX_GPUS); minor++) {
+	for (minor = 0; minor < gpus; minor++) {
 		snprintf(name, sizeof(name), "driver/nvidia/gpus/0000:%02lx:00.0",
 			 0x18 + minor);
 		dir = proc_mkdir(name, NULL);
@@ -134,6 +142,7 @@ static int list_gpus(void)
 	return 0;
 fail:
 	remove_proc_subtree("driver/nvidia", NULL);
+	listed = false;
 	return -ENOMEM;
 }
 
@@ -181,7 +190,7 @@ static int __init standin_init(void)
 
 static void __exit standin_exit(void)
 {
-	if (gpus)
+	if (listed)
 		remove_proc_subtree("driver/nvidia", NULL);
 	release_from(ARRAY_SIZE(standins));
 }

@@ -55,13 +55,17 @@ pub fn image(check: bool) -> anyhow::Result<PathBuf> {
     {
         let daemon = Dockerd::start("docker-build")?;
         import(&daemon, &rootfs)?;
+        // Renamed into place once whole: an interrupted save leaves no
+        // tarball that current_tarball would take for new.
+        let partial = tarball.with_extension("tar.partial");
         run_checked(
             daemon
                 .docker()
                 .args(["save", "--output"])
-                .arg(&tarball)
+                .arg(&partial)
                 .arg(tag()),
         )?;
+        fs::rename(&partial, &tarball)?;
     }
     println!("xtask: built image {} ({})", tag(), tarball.display());
     if check {

@@ -8,6 +8,10 @@
 //! property makes systemd apply the unit's cgroup settings again, device
 //! rules included: the file's time says when.
 //!
+//! A transient unit is made with its properties, each in such a drop-in
+//! (a container's scope with its DeviceAllow=, CPUWeight=, ...): those
+//! written with the unit file itself are its making, not a change.
+//!
 //! The folders are systemd's, written by pid 1 alone; still read with
 //! bounds (so many entries, only names and times, never contents).
 
@@ -52,12 +56,17 @@ fn set_near_under(roots: &[&Path], unit: &str, moment: SystemTime) -> Option<Pro
     if !is_unit_name(unit) {
         return None;
     }
-    roots
-        .iter()
-        .find_map(|root| set_in(&root.join(format!("{unit}.d")), moment))
+    roots.iter().find_map(|root| {
+        let made = fs::metadata(root.join(unit))
+            .and_then(|m| m.modified())
+            .ok();
+        set_in(&root.join(format!("{unit}.d")), moment, made)
+    })
 }
 
-fn set_in(dir: &Path, moment: SystemTime) -> Option<PropertiesSet> {
+/// The drop-ins in `dir` written within NEAR of `moment`, leaving out
+/// those written within NEAR of the unit's making (`made`).
+fn set_in(dir: &Path, moment: SystemTime, made: Option<SystemTime>) -> Option<PropertiesSet> {
     let mut properties = Vec::new();
     let mut newest = None;
     for entry in fs::read_dir(dir).ok()?.take(MAX_ENTRIES).flatten() {
@@ -68,11 +77,8 @@ fn set_in(dir: &Path, moment: SystemTime) -> Option<PropertiesSet> {
         let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
             continue;
         };
-        let apart = modified
-            .duration_since(moment)
-            .or_else(|_| moment.duration_since(modified))
-            .unwrap_or(Duration::MAX);
-        if apart <= NEAR {
+        let with_making = made.is_some_and(|made| apart(modified, made) <= NEAR);
+        if apart(modified, moment) <= NEAR && !with_making {
             properties.push(property.to_string());
             newest = newest.max(Some(modified));
         }
@@ -84,6 +90,12 @@ fn set_in(dir: &Path, moment: SystemTime) -> Option<PropertiesSet> {
         drop_ins: dir.display().to_string(),
         at: newest?,
     })
+}
+
+fn apart(a: SystemTime, b: SystemTime) -> Duration {
+    a.duration_since(b)
+        .or_else(|_| b.duration_since(a))
+        .unwrap_or(Duration::MAX)
 }
 
 /// "CPUWeight" of "50-CPUWeight.conf", the name systemd gives the drop-in
@@ -141,6 +153,21 @@ mod tests {
         // Nothing set near a later moment (a daemon-reload's).
         let later = update + Duration::from_secs(60);
         assert_eq!(set_near_under(&[root.path()], SCOPE, later), None);
+    }
+
+    #[test]
+    fn properties_the_unit_was_made_with_are_no_trigger() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(format!("{SCOPE}.d"));
+        fs::create_dir(&dir).unwrap();
+        let made = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        drop_in(root.path(), SCOPE, made);
+        drop_in(&dir, "50-DeviceAllow.conf", made);
+        drop_in(&dir, "50-CPUWeight.conf", made + Duration::from_millis(200));
+        // A program loaded just past the start's grace meets only the
+        // unit's making: no change of its properties.
+        let moment = made + Duration::from_millis(2100);
+        assert_eq!(set_near_under(&[root.path()], SCOPE, moment), None);
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub(super) fn kubernetes_allow(device: &DeviceToAllow) -> Vec<String> {
         // Requested and allocated already: what failed is how the node
         // reached the container.
         Some(uuid) if device.gpu_node => format!(
-            "the kubelet allocated GPU {uuid} to this container, yet its device rules do not allow the node: the device plugin showed the node without passing it as a device (mounted, the legacy hook's way); have it pass device specs: NVIDIA's `PASS_DEVICE_SPECS=true`, or CDI (`deviceListStrategy: cdi-cri`)"
+            "the kubelet allocated GPU {uuid} to this container, yet its device rules do not allow the node, which most likely reached it without a device spec (mounted, the legacy hook's way); have the device plugin pass device specs: NVIDIA's `PASS_DEVICE_SPECS=true`, or CDI (`deviceListStrategy: cdi-cri`)"
         ),
         _ if device.gpu_node => "request GPUs through the NVIDIA device plugin (resources: nvidia.com/gpu) or CDI specs (`nvidia-ctk cdi generate`) rather than hand-written device rules".to_string(),
         _ => "request the device through the device plugin or CDI spec that hands it out (an RDMA device plugin for a NIC's verbs nodes, NVIDIA's for IMEX channels, a VFIO one for passthrough) rather than hand-written device rules".to_string(),

@@ -17,6 +17,7 @@ use yaml_rust2::YamlLoader;
 use crate::{
     common::*,
     cri::{CgroupDriver, Containerd, PodSpec},
+    lab::patch_like_a_hook,
     pod_gpus::{gpu_node, gpu_pod_lab, kubelet_at_its_socket},
 };
 
@@ -206,14 +207,19 @@ fn the_daemonset_as_shipped_names_a_pods_probed_gpu_from_its_own_pod() {
         "the manifest's limit holds it"
     );
 
-    // The workload: given GPU 0 by the device plugin, and a probe of GPU 1
-    // through a mounted node, as NVML's scan makes one.
+    // The workload: given GPU 0 by the device plugin, a probe of GPU 1
+    // through a mounted node, as NVML's scan makes one; later an open of
+    // the uvm node, mounted only.
     let ctl = temp_dir_named("gpu-trace-pod-ctl-");
     let script = "while [ ! -e /ctl/go ]; do sleep 0.1; done; \
-        (exec 3<>/dev/nvidia1) 2>/dev/null; exec sleep 600";
+        (exec 3<>/dev/nvidia1) 2>/dev/null; \
+        while [ ! -e /ctl/go2 ]; do sleep 0.1; done; \
+        (exec 3<>/dev/nvidia-uvm) 2>/dev/null; exec sleep 600";
+    let started = Instant::now();
     let workload = PodSpec::new(NAMESPACE, POD, CONTAINER, &["/bin/sh", "-c", script])
         .device(&gpu_node(0), "/dev/nvidia0")
         .mount(&gpu_node(1), "/dev/nvidia1", false)
+        .mount(Path::new("/dev/nvidia-uvm"), "/dev/nvidia-uvm", false)
         .mount(ctl.path(), "/ctl", false)
         .run(&containerd);
     fs::write(ctl.path().join("go"), "").expect("write go");
@@ -243,6 +249,32 @@ fn the_daemonset_as_shipped_names_a_pods_probed_gpu_from_its_own_pod() {
             .lines()
             .any(|l| l == "gpu_trace_problems_total{cause=\"not-allocated\"} 1"),
         "{metrics}"
+    );
+
+    // kubernetes#77073 seen from the DaemonSet: the uvm node allowed by a
+    // hook's patch, then the kubelet's update (past the start's grace)
+    // makes systemd rewrite the rules; the trigger comes from the scope's
+    // drop-ins, through the manifest's /run/systemd/transient mount.
+    let scope = workload.container_cgroup();
+    patch_like_a_hook(&scope);
+    thread::sleep(Duration::from_secs(3).saturating_sub(started.elapsed()));
+    workload.update_resources(1024, "0");
+    fs::write(ctl.path().join("go2"), "").expect("write go2");
+    let line = wait_for_log(&log, "stdout", "the rewrite's event", |t| {
+        t.contains("\"/dev/nvidia-uvm\"")
+    });
+    let event: Value = serde_json::from_str(&line).expect("a JSON event");
+    assert_eq!(event["cause"], "rules-rewritten", "{event:#}");
+    let trigger = &event["denied_by"]["writer"]["trigger"];
+    assert_eq!(
+        trigger["unit"],
+        scope.rsplit('/').next().expect("the scope"),
+        "{event:#}"
+    );
+    assert_eq!(
+        trigger["properties"],
+        serde_json::json!(["AllowedCPUs", "CPUWeight"]),
+        "{event:#}"
     );
     drop(workload);
 

@@ -31,7 +31,7 @@ pub(super) fn find(facts: &Facts, cx: &Context) -> Option<Finding> {
     let fix = facts.keep_denied_rules();
     let how = match trigger(facts) {
         Some(set) => format!(
-            "when {} of {} {} set at {} (drop-ins in {}): setting a unit's properties makes systemd apply its device rules again, and {} sets them",
+            "when {} of {} {} set at {} (drop-ins in {}): setting a unit's properties makes systemd apply its device rules again, as {} does",
             set.properties.join(", "),
             set.unit,
             if set.properties.len() == 1 { "was" } else { "were" },
@@ -146,7 +146,7 @@ mod tests {
         let diag = diagnosed_as(&mut d, &denied, Cause::RulesRewritten);
         assert_has(
             &diag.explanation,
-            "its device rules were rewritten while it ran (when AllowedCPUs, CPUWeight of cri-containerd-3f2a.scope were set at 2026-11-30T06:00:00Z (drop-ins in /run/systemd/transient/cri-containerd-3f2a.scope.d): setting a unit's properties makes systemd apply its device rules again, and the CRI's UpdateContainerResources (the kubelet's CPU manager, an in-place resize) through the runtime's shim and runc sets them)",
+            "its device rules were rewritten while it ran (when AllowedCPUs, CPUWeight of cri-containerd-3f2a.scope were set at 2026-11-30T06:00:00Z (drop-ins in /run/systemd/transient/cri-containerd-3f2a.scope.d): setting a unit's properties makes systemd apply its device rules again, as the CRI's UpdateContainerResources (the kubelet's CPU manager, an in-place resize) through the runtime's shim and runc does)",
         );
         assert!(
             !diag.explanation.contains("daemon-reload"),

@@ -539,6 +539,29 @@ pub(crate) fn assert_rewritten_at(
     expected_writer
 }
 
+/// Waits for the first JSON event about the container `id` that `wanted`
+/// accepts; `context` adds to the failure's message (a daemon's log).
+pub(crate) fn wait_for_event_of_id(
+    watcher: &Watcher,
+    id: &str,
+    wanted: impl Fn(&Value) -> bool,
+    context: impl Fn() -> String,
+) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(event) = events_of_id(watcher, id).into_iter().find(&wanted) {
+            return event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no such event of {id}: {:#?}\n{}",
+            watcher.lines(),
+            context()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The JSON events watch wrote about the container whose id is `id` (a
 /// runtime's id, or a systemd unit).
 pub(crate) fn events_of_id(watcher: &Watcher, id: &str) -> Vec<Value> {

@@ -164,21 +164,12 @@ fn gpus_of_a_cri_pod(pause: &Path, driver: CgroupDriver) {
     assert_eq!(said.lines().collect::<Vec<_>>(), ["ok", "denied", "denied"]);
 
     let event_of = |minor: u32| {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let found = events_of_id(&watcher, &id)
-                .into_iter()
-                .find(|e| e["minor"] == minor && e["verdict"] == "denied");
-            if let Some(event) = found {
-                return event;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no denial of GPU {minor}: {:#?}",
-                watcher.lines()
-            );
-            thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_event_of_id(
+            &watcher,
+            &id,
+            |e| e["minor"] == minor && e["verdict"] == "denied",
+            || format!("waited for a denial of GPU {minor}"),
+        )
     };
     let probe = event_of(1);
     let incident = event_of(2);

@@ -147,19 +147,12 @@ fn a_kubelet_style_update_rewrites_a_hook_patched_pods_rules_and_is_named_with_t
         "the update took it away"
     );
 
-    let deadline = Instant::now() + WAIT;
-    let event = loop {
-        if let Some(event) = events_of_id(&watcher, &id).into_iter().next() {
-            break event;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no event of the pod: {:#?}\ncontainerd's log:\n{}",
-            watcher.lines(),
-            containerd.log_tail()
-        );
-        thread::sleep(Duration::from_millis(50));
-    };
+    let event = wait_for_event_of_id(
+        &watcher,
+        &id,
+        |_| true,
+        || format!("containerd's log:\n{}", containerd.log_tail()),
+    );
     assert_eq!(event["path"], "/dev/nvidia-uvm", "{event:#}");
     assert_eq!(event["major"], uvm, "{event:#}");
     assert_eq!(event["verdict"], "denied", "{event:#}");

@@ -40,7 +40,23 @@ pub mod program {
         EXIT_OPEN,
         OPEN_FUNCTION_EXIT,
     ];
-    pub const OTHERS: [&str; 3] = [FOLLOW_FORK, FOLLOW_EXIT, NOTE_CGROUP_MKDIR];
+    /// On task:task_rename, cgroup:cgroup_attach_task and
+    /// sched:sched_process_exit: bumps map::IDENTITY_GENERATION, so that a
+    /// repeat never counts under a key its thread's command or cgroup (or
+    /// a reused thread id) no longer matches.
+    pub const IDENTITY_CHANGED: &str = "identity_changed";
+    /// The tracepoints `IDENTITY_CHANGED` is attached to (category, name).
+    pub const IDENTITY_TRACEPOINTS: [(&str, &str); 3] = [
+        ("task", "task_rename"),
+        ("cgroup", "cgroup_attach_task"),
+        ("sched", "sched_process_exit"),
+    ];
+    pub const OTHERS: [&str; 4] = [
+        FOLLOW_FORK,
+        FOLLOW_EXIT,
+        NOTE_CGROUP_MKDIR,
+        IDENTITY_CHANGED,
+    ];
 
     /// A program's name as the kernel keeps it (15 bytes), e.g. in
     /// `bpf_prog_info`: how tests and the benchmark find ours among the loaded.
@@ -67,6 +83,10 @@ pub mod map {
     pub const OPEN_CALLS_TRACED: &str = "OPEN_CALLS_TRACED";
     /// Problems folded in the kernel: `RepeatKey` to `RepeatCount`.
     pub const REPEATS: &str = "REPEATS";
+    /// One value, bumped by `program::IDENTITY_CHANGED` whenever a thread
+    /// anywhere is renamed, moved to another cgroup or exits; 0 until
+    /// userspace has attached it to all three (then it is 1 and up).
+    pub const IDENTITY_GENERATION: &str = "IDENTITY_GENERATION";
     /// First sightings sent per cgroup and fold window: `CgroupWindow` to a count.
     pub const CGROUP_SENT: &str = "CGROUP_SENT";
     /// Problems held back past a cgroup's budget: `HeldBackKey` to `HeldBackCount`.
@@ -540,6 +560,25 @@ pub struct RepeatCount {
 
 /// Keys the kernel folds at once; past it, problems are sent unfolded.
 pub const REPEATS_CAPACITY: u32 = 16384;
+
+/// The key a thread's latest problem was folded under, kept per CPU (see
+/// gpu-trace-ebpf's fold.rs): the thread's next denial of the same device
+/// on that CPU counts under it without reading its cgroup and command name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadLastFolded {
+    /// Odd while the slot is being written. Two programs on one CPU (a
+    /// preempted one and the one that preempted it) may both use the slot:
+    /// a writer that finds it odd leaves it alone, and a reader trusts
+    /// what it read only if the sequence was even and unchanged around it.
+    pub sequence: u64,
+    /// `bpf_get_current_pid_tgid()` of the thread.
+    pub pid_tgid: u64,
+    pub key: RepeatKey,
+    /// The identity generation (map::IDENTITY_GENERATION) read before the
+    /// key's cgroup and command were: the key holds while it is unchanged.
+    pub generation: u64,
+}
 
 /// One cgroup in one fold window (`RepeatKey::window`).
 #[repr(C)]

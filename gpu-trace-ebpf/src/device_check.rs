@@ -13,7 +13,7 @@ use gpu_trace_common::{
 };
 
 use crate::{
-    events,
+    events, fold,
     maps::{
         current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
     },
@@ -164,10 +164,13 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
         return;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
+    // Before the cgroup and the command name are read (see fold.rs).
+    let generation = fold::identity_generation();
     let mut head = EventHead {
-        // SAFETY: helpers without arguments.
+        // SAFETY: a helper without arguments.
         boot_ns: unsafe { bpf_ktime_get_boot_ns() },
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        // Read below, unless this is a repeat the thread's key counts.
+        cgroup_id: 0,
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         uid: bpf_get_current_uid_gid() as u32,
@@ -178,7 +181,13 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
         flags: FLAG_DEVICE_SEEN,
         program: check.program,
     };
-    let Some(comm) = events::first_sighting(&head) else {
+    // A retry storm's repeat ends here, before the cgroup and command name.
+    if fold::counted_as_thread_repeat(&head, generation) {
+        return;
+    }
+    // SAFETY: a helper without arguments.
+    head.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let Some(comm) = events::first_sighting(&head, generation) else {
         return;
     };
     let path = match regs.read() {
@@ -189,5 +198,5 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
         }
         None => 0,
     };
-    events::send_first(head, comm, path);
+    events::send_first(&mut head, comm, path);
 }

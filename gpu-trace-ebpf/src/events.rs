@@ -20,12 +20,16 @@ use crate::{
 /// registers' walk, the path) is read after this, so that a retry storm
 /// pays a hash lookup and an add per denial.
 #[inline(always)]
-pub fn first_sighting(head: &EventHead) -> Option<[u8; COMM_LEN]> {
+pub fn first_sighting(head: &EventHead, generation: u64) -> Option<[u8; COMM_LEN]> {
     let mut comm = [0u8; COMM_LEN];
     // SAFETY: a buffer of COMM_LEN bytes on our stack; the helper zeroes it
     // when it fails.
     unsafe { bpf_get_current_comm(comm.as_mut_ptr().cast(), COMM_LEN as u32) };
-    (!fold::counted_as_repeat(head, &comm)).then_some(comm)
+    if fold::counted_as_repeat(head, &comm, generation) {
+        return None;
+    }
+    fold::remember_for_thread(head, &comm, generation);
+    Some(comm)
 }
 
 /// Sends a first sighting that `first_sighting` let through (its head
@@ -33,13 +37,13 @@ pub fn first_sighting(head: &EventHead) -> Option<[u8; COMM_LEN]> {
 /// user address `path` (0: none); counts the event as lost when the ring
 /// buffer is full.
 #[inline(always)]
-pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
-    if fold::held_back(&head, &comm) {
+pub fn send_first(head: &mut EventHead, comm: [u8; COMM_LEN], path: u64) {
+    if fold::held_back(head, &comm) {
         return;
     }
     let Some(mut entry) = EVENTS.reserve::<DeviceAccessEvent>(0) else {
         count_lost_event(head.cgroup_id);
-        why_dropped::ring_full(&head);
+        why_dropped::ring_full(head);
         return;
     };
     let event = entry.as_mut_ptr();
@@ -55,9 +59,9 @@ pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
             // it cannot tell apart).
             if copied >= PATH_LEN as i64 {
                 head.flags |= FLAG_PATH_TRUNCATED;
-                why_dropped::path_cut(&head);
+                why_dropped::path_cut(head);
             } else if copied < 0 {
-                why_dropped::path_unread(&head, copied);
+                why_dropped::path_unread(head, copied);
             }
         }
         // Denials only: the programs are what attribution evaluates. Its
@@ -70,8 +74,8 @@ pub fn send_first(mut head: EventHead, comm: [u8; COMM_LEN], path: u64) {
         );
         (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
         (&raw mut (*event).comm).write(comm);
-        (&raw mut (*event).head).write(head);
+        (&raw mut (*event).head).write(*head);
     }
     entry.submit(0);
-    fold::sent(&head, &comm);
+    fold::sent(head, &comm);
 }

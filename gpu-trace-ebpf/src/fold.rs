@@ -14,16 +14,31 @@
 //! per (cgroup, major, access), never sent. A tenant cycling through minors
 //! or command names then fills neither the fold table nor the ring buffer
 //! that every other cgroup's problems go through.
+//!
+//! A retry storm is one thread denied the same device over and over, on
+//! one CPU. Each CPU remembers the key its latest folded thread counted
+//! under (THREAD_LAST_FOLDED): that thread's next problem with the same
+//! device and outcome, in the same window, counts under it without the
+//! cgroup and command name reads that make a key (each helper call costs
+//! tens of ns where returns are mitigated, the command name most). The
+//! key holds while no thread anywhere was renamed, moved to another
+//! cgroup or exited since it was read (thread_identity.rs): then the
+//! thread still has the cgroup and command name of its key, and its id is
+//! still its own.
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
+use core::{
+    intrinsics::{atomic_xadd, AtomicOrdering},
+    ptr::{read_volatile, write_volatile},
+};
 
 use gpu_trace_common::{
     CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey, RepeatCount, RepeatKey,
-    COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP,
+    COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP, SYSCALL_NONE,
 };
 
 use crate::maps::{
-    add_one, count_lost_event, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK, NOEXIST, REPEATS,
+    add_one, count_lost_event, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK, IDENTITY_GENERATION,
+    NOEXIST, REPEATS, THREAD_LAST_FOLDED,
 };
 use crate::why_dropped;
 
@@ -37,28 +52,98 @@ fn key(head: &EventHead, comm: &[u8; COMM_LEN]) -> Option<RepeatKey> {
     (window != 0 && RepeatKey::is_problem(head)).then(|| RepeatKey::of(head, comm, window))
 }
 
+/// The identity generation, to be read before the cgroup and command name
+/// of a key are: 0 while nothing keeps it (then no key is remembered).
+#[inline(always)]
+pub fn identity_generation() -> u64 {
+    IDENTITY_GENERATION
+        .get_ptr(0)
+        // SAFETY: a map value, read once (other CPUs bump it).
+        .map_or(0, |generation| unsafe { read_volatile(generation) })
+}
+
+/// True when `head` repeats the problem its thread last had folded on this
+/// CPU, in the same window, under the same `generation`: counted under
+/// that key, as `counted_as_repeat` would have counted it, and not to be
+/// sent. False sends it the long way (which then decides). The head's
+/// cgroup may still be 0 (not read: the generation vouches for it); its
+/// flags are the key's.
+#[inline(always)]
+pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
+    let window = FOLD_WINDOW_NS.load();
+    if generation == 0 || window == 0 {
+        return false;
+    }
+    let Some(slot) = THREAD_LAST_FOLDED.get_ptr(0) else {
+        return false;
+    };
+    let pid_tgid = pid_tgid_of(head);
+    // SAFETY: this CPU's slot, read in place (volatile: in the order
+    // written) between two reads of its sequence (see ThreadLastFolded).
+    unsafe {
+        let sequence = read_volatile(&raw const (*slot).sequence);
+        let key = &raw const (*slot).key;
+        let cgroup_differs = || read_volatile(&raw const (*key).cgroup_id) != head.cgroup_id;
+        if sequence & 1 != 0
+            || read_volatile(&raw const (*slot).pid_tgid) != pid_tgid
+            || read_volatile(&raw const (*slot).generation) != generation
+            || read_volatile(&raw const (*key).window) != head.boot_ns / window
+            || read_volatile(&raw const (*key).device) != head.device
+            || read_volatile(&raw const (*key).hook_verdict) != head.hook_verdict
+            || read_volatile(&raw const (*key).syscall_ret) != head.syscall_ret
+            || read_volatile(&raw const (*key).flags) != head.flags
+            || (head.cgroup_id != 0 && cgroup_differs())
+        {
+            return false;
+        }
+        // The lookup reads the key where it lies; the add waits until the
+        // sequence shows nobody rewrote it meanwhile.
+        let Some(count) = REPEATS.get_ptr_mut(&*key) else {
+            return false;
+        };
+        if read_volatile(&raw const (*slot).sequence) != sequence {
+            return false;
+        }
+        add_repeat(count, head.boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+    }
+    true
+}
+
 /// True when this problem was counted as a repeat and must not be sent.
 #[inline(always)]
-pub fn counted_as_repeat(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
+pub fn counted_as_repeat(head: &EventHead, comm: &[u8; COMM_LEN], generation: u64) -> bool {
     let Some(key) = key(head, comm) else {
         return false;
     };
     let Some(count) = REPEATS.get_ptr_mut(&key) else {
         return false;
     };
+    add_repeat(
+        count,
+        head.boot_ns,
+        pid_tgid_of(head),
+        head.uid,
+        head.syscall,
+    );
+    remember_key_for_thread(head, &key, generation);
+    true
+}
+
+/// One more repeat in `count`, this one the latest.
+#[inline(always)]
+fn add_repeat(count: *mut RepeatCount, boot_ns: u64, pid_tgid: u64, uid: u32, syscall: u16) {
     // SAFETY: a map value, alive until this program returns. Programs on
     // other CPUs (and, on preemptible kernels, other tasks on this one)
     // count the same key: the count goes up atomically (BPF's xadd); the
     // rest is "the latest", where a torn mix of two repeats does no harm.
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*count).repeats, 1);
-        (*count).last_ns = head.boot_ns;
-        (*count).last_pid = head.pid;
-        (*count).last_tid = head.tid;
-        (*count).last_uid = head.uid;
-        (*count).last_syscall = head.syscall;
+        (*count).last_ns = boot_ns;
+        (*count).last_pid = (pid_tgid >> 32) as u32;
+        (*count).last_tid = pid_tgid as u32;
+        (*count).last_uid = uid;
+        (*count).last_syscall = syscall;
     }
-    true
 }
 
 /// After a problem was put in the ring buffer: its repeats in this window
@@ -71,6 +156,48 @@ pub fn sent(head: &EventHead, comm: &[u8; COMM_LEN]) {
             why_dropped::repeats_table_full(head);
         }
     }
+}
+
+/// Makes the key of `head`, a first sighting about to be sent, this CPU's
+/// latest folded thread's (see counted_as_thread_repeat), before it is
+/// made: should the event be held back or lost, no key is made, and the
+/// short way's lookup finds none.
+#[inline(always)]
+pub fn remember_for_thread(head: &EventHead, comm: &[u8; COMM_LEN], generation: u64) {
+    if let Some(key) = key(head, comm) {
+        remember_key_for_thread(head, &key, generation);
+    }
+}
+
+/// Makes `key`, `head`'s, this CPU's latest folded thread's. A BPF
+/// function of its own: inlined, it took the open exits past the
+/// verifier's 512 bytes of stack for a chain of calls.
+#[inline(never)]
+fn remember_key_for_thread(head: &EventHead, key: &RepeatKey, generation: u64) {
+    if generation == 0 {
+        return;
+    }
+    let Some(slot) = THREAD_LAST_FOLDED.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot, written in order (volatile) between two
+    // writes of its sequence; left alone while another write is under way.
+    unsafe {
+        let sequence = read_volatile(&raw const (*slot).sequence);
+        if sequence & 1 != 0 {
+            return;
+        }
+        write_volatile(&raw mut (*slot).sequence, sequence + 1);
+        write_volatile(&raw mut (*slot).pid_tgid, pid_tgid_of(head));
+        write_volatile(&raw mut (*slot).key, *key);
+        write_volatile(&raw mut (*slot).generation, generation);
+        write_volatile(&raw mut (*slot).sequence, sequence + 2);
+    }
+}
+
+#[inline(always)]
+fn pid_tgid_of(head: &EventHead) -> u64 {
+    ((head.pid as u64) << 32) | head.tid as u64
 }
 
 /// True when this problem, a first sighting, is past its cgroup's budget

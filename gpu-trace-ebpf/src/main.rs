@@ -30,6 +30,7 @@ mod open_function;
 mod policy_programs;
 mod process_tree;
 mod syscall_regs;
+mod thread_identity;
 mod tracepoint_record;
 mod v1_devices;
 mod why_dropped;

@@ -8,10 +8,10 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck, OpenInFlight,
-    RepeatCount, RepeatKey, V1DevicesChain, CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY,
-    DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY,
-    LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER,
-    MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
+    RepeatCount, RepeatKey, ThreadLastFolded, V1DevicesChain, CGROUP_PATHS_CAPACITY,
+    CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY,
+    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT,
+    MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -36,6 +36,15 @@ pub static IN_FLIGHT: LruHashMap<u32, OpenInFlight> =
 #[map]
 pub static REPEATS: HashMap<RepeatKey, RepeatCount> =
     HashMap::with_max_entries(REPEATS_CAPACITY, 0);
+
+/// The key each CPU's latest folded thread counts under (see fold.rs).
+#[map]
+pub static THREAD_LAST_FOLDED: PerCpuArray<ThreadLastFolded> = PerCpuArray::with_max_entries(1, 0);
+
+/// Bumped whenever a thread is renamed, moved or exits (see
+/// thread_identity.rs); 0 until userspace has attached what bumps it.
+#[map]
+pub static IDENTITY_GENERATION: Array<u64> = Array::with_max_entries(1, 0);
 
 /// First sightings sent per cgroup and fold window (see fold.rs).
 #[map]

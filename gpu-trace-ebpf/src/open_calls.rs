@@ -24,7 +24,7 @@ use gpu_trace_common::{
 };
 
 use crate::{
-    events,
+    events, fold,
     maps::{
         current_is_followed, is_watched, report_allowed, verdict_from_errno, IN_FLIGHT,
         LAST_DEVICE_CHECK,
@@ -387,6 +387,9 @@ fn starts_with<const N: usize>(head: &[u8; 11], prefix: &[u8; N]) -> bool {
 
 // By reference: a BPF-to-BPF call takes five arguments at most.
 fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) {
+    // Before the command name is read (see fold.rs); a key made here is
+    // only used again with the cgroup compared.
+    let generation = fold::identity_generation();
     // The observer takes these only for watched devices.
     let (boot_ns, cgroup_id, uid) = if call.seen & SEEN_WATCHED != 0 {
         (call.boot_ns, call.cgroup_id, call.uid)
@@ -418,7 +421,11 @@ fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) 
         flags,
         program: known.program,
     };
-    let Some(comm) = events::first_sighting(&head) else {
+    // A retry storm's repeat ends here, before the command name is read.
+    if fold::counted_as_thread_repeat(&head, generation) {
+        return;
+    }
+    let Some(comm) = events::first_sighting(&head, generation) else {
         return;
     };
     // Read from the registers only for a first sighting: a repeat keeps
@@ -426,5 +433,5 @@ fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) 
     if known.syscall == SyscallKnown::FromRegisters {
         head.syscall = syscall_of_call(call.syscall);
     }
-    events::send_first(head, comm, call.path_ptr);
+    events::send_first(&mut head, comm, call.path_ptr);
 }

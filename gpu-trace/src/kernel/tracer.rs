@@ -29,7 +29,7 @@ use crate::{
         open_route::{self, OpenRoute, OpensChoice},
         policy_programs_chain,
         repeats::KernelRepeats,
-        v1_devices_chain,
+        thread_identity, v1_devices_chain,
     },
     model::{
         access::{DeviceAccess, VerdictSource},
@@ -129,6 +129,13 @@ impl Tracer {
 
         let mut tracepoint_links = Vec::new();
         let cgroup_paths = cgroups_made(&mut ebpf, &mut tracepoint_links, &mut notes)?;
+        if !config.fold_window.is_zero() {
+            if let Err(e) = thread_identity::watch(&mut ebpf, &mut tracepoint_links) {
+                notes.push(format!(
+                    "{e:#}: each repeated denial reads its cgroup and command name again"
+                ));
+            }
+        }
         let followed = if config.follow_process_tree {
             let (links, hook) = follow_process_tree(&mut ebpf)?;
             tracepoint_links.extend(links);

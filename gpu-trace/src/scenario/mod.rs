@@ -57,19 +57,34 @@ impl ScratchCgroup {
 
 impl Drop for ScratchCgroup {
     fn drop(&mut self) {
-        // Leftover processes (a test that panicked mid-way) would keep the
-        // directory busy: kill them first (cgroup.kill, kernel >= 5.14).
-        let _ = fs::write(self.path.join("cgroup.kill"), "1");
-        for _ in 0..50 {
-            if fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+        // Cgroups a probe made below it (EnterNewCgroup) go first, deepest
+        // first. Leftover processes (a test that panicked mid-way) would
+        // keep a directory busy: kill them first (cgroup.kill, kernel >= 5.14).
+        let mut dirs = vec![self.path.clone()];
+        let mut i = 0;
+        while i < dirs.len() && dirs.len() < 64 {
+            if let Ok(entries) = fs::read_dir(&dirs[i]) {
+                dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+            i += 1;
+        }
+        for dir in dirs.iter().rev() {
+            let _ = fs::write(dir.join("cgroup.kill"), "1");
+            let removed = (0..50).any(|_| {
+                let gone = fs::remove_dir(dir).is_ok() || !dir.exists();
+                if !gone {
+                    thread::sleep(Duration::from_millis(20));
+                }
+                gone
+            });
+            if !removed {
+                eprintln!(
+                    "gpu-trace: could not remove scratch cgroup {}",
+                    dir.display()
+                );
                 return;
             }
-            thread::sleep(Duration::from_millis(20));
         }
-        eprintln!(
-            "gpu-trace: could not remove scratch cgroup {}",
-            self.path.display()
-        );
     }
 }
 
@@ -297,6 +312,9 @@ pub enum ProbeOp {
         mode: OpenMode,
         count: u32,
     },
+    /// Take this command name (PR_SET_NAME), as a program renaming its
+    /// threads does.
+    Rename { name: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,6 +366,7 @@ impl ProbeOp {
             ProbeOp::OpenUnderNewNames { path, mode, count } => {
                 format!("open-renamed:{count}:{}:{}", mode.text(), path.display())
             }
+            ProbeOp::Rename { name } => format!("rename:{name}"),
         }
     }
 
@@ -374,6 +393,7 @@ impl ProbeOp {
                 uid: rest.parse().map_err(|_| bad())?,
             },
             "cgroup" => ProbeOp::EnterNewCgroup { name: rest.into() },
+            "rename" => ProbeOp::Rename { name: rest.into() },
             "open-renamed" => {
                 let mut parts = rest.splitn(3, ':');
                 let count = parts.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
@@ -390,6 +410,10 @@ impl ProbeOp {
         let result = match self {
             ProbeOp::BecomeUser { uid } => become_user(*uid),
             ProbeOp::EnterNewCgroup { name } => enter_new_cgroup(name),
+            ProbeOp::Rename { name } => {
+                set_comm(name);
+                Ok(())
+            }
             ProbeOp::OpenUnderNewNames { path, mode, count } => {
                 return (0..*count)
                     .map(|n| {

@@ -6,7 +6,7 @@ use std::sync::{
     Arc,
 };
 
-use gpu_trace::scenario::ProbeOutcome;
+use gpu_trace::scenario::{ProbeOutcome, PROBE_COMM};
 
 use crate::common::*;
 
@@ -88,6 +88,58 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
             assert_eq!(record[field], first[0][field], "{field}: {record:#}");
         }
     }
+}
+
+/// A repeat may count under its thread's remembered key without reading
+/// the thread's cgroup and command name again, but only while no thread
+/// was renamed, moved or ended since: one thread denied over and over,
+/// renamed, then moved to another cgroup, has each part counted exactly
+/// under the name and cgroup it had.
+#[test]
+fn a_thread_renamed_then_moved_mid_storm_is_counted_as_it_was_each_time() {
+    let incident = or_skip!(incident_test, "fold-identity");
+    const EACH: usize = 2_000;
+    let open = incident.open_rw("nvidia-uvm");
+    let mut ops = vec![open.clone(); EACH];
+    ops.push(ProbeOp::Rename {
+        name: "renamed".into(),
+    });
+    ops.extend(vec![open.clone(); EACH]);
+    ops.push(ProbeOp::EnterNewCgroup {
+        name: "moved".into(),
+    });
+    ops.extend(vec![open; EACH]);
+    let watcher = incident.watch(&["--format", "json", "--fold", "60s"]);
+    // What keeps the short way honest is in place (else it is never taken).
+    let identity =
+        gpu_trace_common::program::as_loaded(gpu_trace_common::program::IDENTITY_CHANGED);
+    assert!(
+        aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .any(|info| info.name_as_str() == Some(identity)),
+        "{identity} is not loaded"
+    );
+    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
+    let denied = child.results.iter().filter(|&&r| r == libc::EPERM).count();
+    assert_eq!(denied, 3 * EACH, "every open denied");
+    let (status, stderr, records) = watcher.stop_with_events(child.pid);
+    assert!(status.success(), "{stderr:#?}");
+    assert!(stderr.iter().any(|l| l.contains("lost 0")), "{stderr:#?}");
+    let mut counts = std::collections::BTreeMap::<(String, String), u64>::new();
+    for record in &records {
+        let comm = record["comm"].as_str().expect("comm").to_string();
+        let cgroup = record["cgroup"].as_str().expect("cgroup").to_string();
+        *counts.entry((comm, cgroup)).or_default() += record["count"].as_u64().expect("count");
+    }
+    let cgroup = incident.cgroup.relative_path().display().to_string();
+    let moved = format!("{cgroup}/moved");
+    let expected: std::collections::BTreeMap<(String, String), u64> = [
+        ((PROBE_COMM.to_string(), cgroup.clone()), EACH as u64),
+        (("renamed".to_string(), cgroup), EACH as u64),
+        (("renamed".to_string(), moved), EACH as u64),
+    ]
+    .into();
+    assert_eq!(counts, expected, "{} records", records.len());
 }
 
 #[test]

@@ -578,6 +578,13 @@ pub struct ThreadLastFolded {
     /// The identity generation (map::IDENTITY_GENERATION) read before the
     /// key's cgroup and command were: the key holds while it is unchanged.
     pub generation: u64,
+    /// The boot time of the problem that made or last found the key: the
+    /// time of the repeats that read no clock.
+    pub remembered_ns: u64,
+    /// `bpf_jiffies64()` just after `remembered_ns` was read: a repeat
+    /// that finds the same tick is less than a tick later, still in the
+    /// key's window (u64::MAX when the window ends too soon for that).
+    pub tick: u64,
 }
 
 /// One cgroup in one fold window (`RepeatKey::window`).

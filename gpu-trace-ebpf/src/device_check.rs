@@ -167,9 +167,9 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     // Before the cgroup and the command name are read (see fold.rs).
     let generation = fold::identity_generation();
     let mut head = EventHead {
-        // SAFETY: a helper without arguments.
-        boot_ns: unsafe { bpf_ktime_get_boot_ns() },
-        // Read below, unless this is a repeat the thread's key counts.
+        // Both read below, unless this is a repeat the thread's key counts
+        // (the clock source is the dearest helper a repeat would call).
+        boot_ns: 0,
         cgroup_id: 0,
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
@@ -185,7 +185,8 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     if fold::counted_as_thread_repeat(&head, generation) {
         return;
     }
-    // SAFETY: a helper without arguments.
+    // SAFETY: helpers without arguments.
+    head.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
     head.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let Some(comm) = events::first_sighting(&head, generation) else {
         return;

@@ -24,13 +24,18 @@
 //! key holds while no thread anywhere was renamed, moved to another
 //! cgroup or exited since it was read (thread_identity.rs): then the
 //! thread still has the cgroup and command name of its key, and its id is
-//! still its own.
+//! still its own. Where the device hook reports at once, a repeat does not
+//! read the clock either (a clock source read, the dearest helper here):
+//! finding the tick (jiffies) its key was remembered in tells that its
+//! window is not over, and it is counted at the remembered time, less
+//! than a tick early.
 
 use core::{
     intrinsics::{atomic_xadd, AtomicOrdering},
     ptr::{read_volatile, write_volatile},
 };
 
+use aya_ebpf::helpers::generated::bpf_jiffies64;
 use gpu_trace_common::{
     CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey, RepeatCount, RepeatKey,
     COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP, SYSCALL_NONE,
@@ -41,6 +46,10 @@ use crate::maps::{
     NOEXIST, REPEATS, THREAD_LAST_FOLDED,
 };
 use crate::why_dropped;
+
+/// Twice the longest tick (HZ 100): how much of its window a key must have
+/// left for a repeat in the same tick to count under it unread.
+const TICK_MARGIN_NS: u64 = 20_000_000;
 
 /// A hash map's answer to an insert when it is full.
 const E2BIG: i32 = 7;
@@ -84,10 +93,19 @@ pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
         let sequence = read_volatile(&raw const (*slot).sequence);
         let key = &raw const (*slot).key;
         let cgroup_differs = || read_volatile(&raw const (*key).cgroup_id) != head.cgroup_id;
+        // Without the time (the device hook reads no clock for a repeat),
+        // the tick tells that the window has not ended.
+        let other_window = || {
+            if head.boot_ns == 0 {
+                read_volatile(&raw const (*slot).tick) != bpf_jiffies64()
+            } else {
+                read_volatile(&raw const (*key).window) != head.boot_ns / window
+            }
+        };
         if sequence & 1 != 0
             || read_volatile(&raw const (*slot).pid_tgid) != pid_tgid
             || read_volatile(&raw const (*slot).generation) != generation
-            || read_volatile(&raw const (*key).window) != head.boot_ns / window
+            || other_window()
             || read_volatile(&raw const (*key).device) != head.device
             || read_volatile(&raw const (*key).hook_verdict) != head.hook_verdict
             || read_volatile(&raw const (*key).syscall_ret) != head.syscall_ret
@@ -101,10 +119,15 @@ pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
         let Some(count) = REPEATS.get_ptr_mut(&*key) else {
             return false;
         };
+        let boot_ns = if head.boot_ns == 0 {
+            read_volatile(&raw const (*slot).remembered_ns)
+        } else {
+            head.boot_ns
+        };
         if read_volatile(&raw const (*slot).sequence) != sequence {
             return false;
         }
-        add_repeat(count, head.boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+        add_repeat(count, boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
     }
     true
 }
@@ -191,6 +214,15 @@ fn remember_key_for_thread(head: &EventHead, key: &RepeatKey, generation: u64) {
         write_volatile(&raw mut (*slot).pid_tgid, pid_tgid_of(head));
         write_volatile(&raw mut (*slot).key, *key);
         write_volatile(&raw mut (*slot).generation, generation);
+        write_volatile(&raw mut (*slot).remembered_ns, head.boot_ns);
+        // Read after the head's time; a tick is at most 10 ms (HZ >= 100).
+        let window_end = (key.window + 1).wrapping_mul(FOLD_WINDOW_NS.load());
+        let tick = if window_end.saturating_sub(head.boot_ns) > TICK_MARGIN_NS {
+            bpf_jiffies64()
+        } else {
+            u64::MAX
+        };
+        write_volatile(&raw mut (*slot).tick, tick);
         write_volatile(&raw mut (*slot).sequence, sequence + 2);
     }
 }

@@ -589,6 +589,7 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
     json!({
         "in_kernel_ns_per_repeat": in_kernel,
         "in_kernel_ns_per_first_sighting": with_fold_0,
+        "identity_changed": identity_changed_cost(scene, settings.runs * 100),
         "flood": [
             { "config": "2 producers, nothing attached", "denials_per_s": base, "min": base_lo, "max": base_hi, "ratio": 1.0 },
             paired_entry("2 producers under watch (--fold 5s)", "denials_per_s", pairs),
@@ -609,9 +610,9 @@ fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u
         .split_once("; ")
         .map_or("", |(_, route)| route)
         .to_string();
-    let before = program_times();
+    let before = program_times(&[]);
     run();
-    let after = program_times();
+    let after = program_times(&[]);
     tracer.stop();
     let mut per_program = serde_json::Map::new();
     let mut total = 0.0;
@@ -627,14 +628,50 @@ fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u
     json!({ "total": total, "programs": per_program, "open_route": route })
 }
 
-/// Accumulated run time (ns) and run count of gpu-trace's loaded programs, by name.
-fn program_times() -> std::collections::BTreeMap<String, (u64, u64)> {
+/// What the program that keeps a repeat's short way honest costs the
+/// host: it runs on every exec (a rename), exit and cgroup move. `processes`
+/// runs of `gpu-trace --version` (the guests have no /bin/true) under the
+/// default `watch`, each an exec and an exit: its time per run and its runs
+/// per process (BPF run-time statistics).
+fn identity_changed_cost(scene: &Scene, processes: usize) -> Value {
+    let _stats =
+        aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("enable BPF run-time statistics");
+    let tracer = watch(scene, &["--fold", "5s"], Stdio::null());
+    let name = gpu_trace_common::program::as_loaded(gpu_trace_common::program::IDENTITY_CHANGED);
+    let before = program_times(&[name]);
+    for _ in 0..processes {
+        let status = Command::new(gpu_trace())
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .expect("gpu-trace --version");
+        assert!(status.success());
+    }
+    let after = program_times(&[name]);
+    tracer.stop();
+    let (time_before, runs_before) = before.get(name).copied().unwrap_or((0, 0));
+    let (time_after, runs_after) = after.get(name).copied().unwrap_or((0, 0));
+    let runs = runs_after - runs_before;
+    assert!(runs > 0, "{name} never ran: not attached?");
+    json!({
+        "ns_per_run": (time_after - time_before) as f64 / runs as f64,
+        "runs_per_process": runs as f64 / processes as f64,
+    })
+}
+
+/// Accumulated run time (ns) and run count of gpu-trace's loaded device
+/// and open programs (or of `only`), by name.
+fn program_times(only: &[&str]) -> std::collections::BTreeMap<String, (u64, u64)> {
     use gpu_trace_common::program;
-    let ours: Vec<&str> = program::DEVICE_HOOKS
-        .iter()
-        .chain(&program::OPEN_CALLS)
-        .map(|name| program::as_loaded(name))
-        .collect();
+    let ours: Vec<&str> = if only.is_empty() {
+        program::DEVICE_HOOKS
+            .iter()
+            .chain(&program::OPEN_CALLS)
+            .map(|name| program::as_loaded(name))
+            .collect()
+    } else {
+        only.to_vec()
+    };
     let mut times = std::collections::BTreeMap::new();
     for info in aya::programs::loaded_programs().filter_map(Result::ok) {
         let Some(name) = info.name_as_str().filter(|name| ours.contains(name)) else {
@@ -1617,6 +1654,15 @@ fn print_repeated_denial(out: &mut impl Write, r: &Value) {
     );
     for c in r["flood"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "{}", paired_line(c, "denials_per_s", "/s"));
+    }
+    let identity = &r["identity_changed"];
+    if !identity.is_null() {
+        let _ = writeln!(
+            out,
+            "    what keeps the short way honest (identity_changed): {:.0} ns per run, {:.2} runs per process started and ended",
+            identity["ns_per_run"].as_f64().unwrap_or(0.0),
+            identity["runs_per_process"].as_f64().unwrap_or(0.0),
+        );
     }
 }
 

@@ -648,6 +648,7 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
     let launch_relative = parent.relative_path().join("launch");
     let removed_at = format!("{} (removed)", launch_relative.display());
     let mut after_removal = 0;
+    let mut slowest_removal_us = 0;
     for attempt in 0..20 {
         let output = gpu_trace_run(
             &["--format", "json"],
@@ -663,12 +664,12 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
         assert_eq!(output.status.code(), Some(0), "{stdout}");
         let lines: Vec<&str> = stdout.lines().collect();
         assert_eq!(lines[0], libc::EPERM.to_string(), "the open was denied");
+        // How soon the launcher removed its cgroup is the machine's pace, not
+        // gpu-trace's (a guest under emulation takes milliseconds): only that
+        // it did, before gpu-trace read the event, is what this test needs.
         let removed_after_us: u64 = lines[1].parse().expect("microseconds");
-        assert!(
-            removed_after_us < 1_000,
-            "removed {removed_after_us} us after"
-        );
         assert!(!launch.exists(), "the launch's cgroup is gone");
+        slowest_removal_us = slowest_removal_us.max(removed_after_us);
         let problems = report["problems"].as_array().expect("problems");
         assert_eq!(problems.len(), 1, "attempt {attempt}: {report:#}");
         let event = &problems[0]["event"];
@@ -696,5 +697,8 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
     }
     // Here the launch removes its cgroup before gpu-trace reads the event,
     // nearly always: the sighting's record was what found the culprit.
-    assert!(after_removal > 0, "no attempt met a removed cgroup");
+    assert!(
+        after_removal > 0,
+        "no attempt met a removed cgroup (slowest removal {slowest_removal_us} us after the exit)"
+    );
 }

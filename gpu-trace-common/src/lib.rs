@@ -149,6 +149,51 @@ pub mod global {
     /// `--bpf-log`'s level, aya-log's numbers (0 off, 1 error ... 4 debug):
     /// drop records above it are neither made nor counted.
     pub const DROP_RECORD_LEVEL: &str = "DROP_RECORD_LEVEL";
+    /// The benchmark's breakdown (`bench_cut`): the device hook's report
+    /// stops after this step. 0, outside the benchmark: every step runs.
+    pub const BENCH_CUT: &str = "BENCH_CUT";
+}
+
+/// Where the benchmark cuts the device hook's report short, to time each
+/// step of a denial with the kernel's BPF run-time statistics (the time up
+/// to a cut less the time up to the one before is that step's). Outside the
+/// benchmark the cut is NONE; the verifier knows the read-only value and
+/// drops the cuts from the program.
+pub mod bench_cut {
+    pub const NONE: u8 = 0;
+    /// At once: what the hook costs with nothing in it.
+    pub const ENTRY: u8 = 1;
+    /// After the verdict and the checks that the device is watched and the
+    /// process followed.
+    pub const VERDICT: u8 = 2;
+    /// After the thread id, the uid and the identity generation.
+    pub const IDENTITY: u8 = 3;
+    /// After a repeat's short way compared the thread's remembered key,
+    /// before its lookup and add.
+    pub const SHORT_WAY: u8 = 4;
+    /// A first sighting, after the clock and the cgroup.
+    pub const CLOCK_AND_CGROUP: u8 = 5;
+    /// After the command name, the key and its lookup.
+    pub const COMMAND_AND_KEY: u8 = 6;
+    /// After the walk to the saved registers' syscall and path pointer.
+    pub const SAVED_REGISTERS: u8 = 7;
+    /// After the ring buffer's reserve (the record is discarded).
+    pub const RING_RESERVE: u8 = 8;
+    /// After the path's copy into the record (discarded).
+    pub const PATH: u8 = 9;
+
+    /// Each cut by the name the benchmark and `GPU_TRACE_BENCH_CUT` use.
+    pub const NAMES: [(&str, u8); 9] = [
+        ("entry", ENTRY),
+        ("verdict", VERDICT),
+        ("identity", IDENTITY),
+        ("short-way", SHORT_WAY),
+        ("clock-and-cgroup", CLOCK_AND_CGROUP),
+        ("command-and-key", COMMAND_AND_KEY),
+        ("saved-registers", SAVED_REGISTERS),
+        ("ring-reserve", RING_RESERVE),
+        ("path", PATH),
+    ];
 }
 
 /// The kinds of drop record (gpu-trace-ebpf's why_dropped.rs), by index in

@@ -7,13 +7,13 @@ use aya_ebpf::helpers::{
     bpf_ktime_get_boot_ns,
 };
 use gpu_trace_common::{
-    DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS, MAJOR_NO_DRIVER,
-    MAJOR_WATCHED, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT, SEEN_DEVICE, SEEN_WATCHED,
-    SYSCALL_CREAT, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    bench_cut as cut, DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS,
+    MAJOR_NO_DRIVER, MAJOR_WATCHED, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT, SEEN_DEVICE,
+    SEEN_WATCHED, SYSCALL_CREAT, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
-    events, fold,
+    bench_cut, events, fold,
     maps::{
         current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
     },
@@ -160,7 +160,7 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
 fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     // Outside a traced open (mknod, io_uring, or every access when no open
     // route is attached): report it now.
-    if check.verdict == 0 && !report_allowed() {
+    if (check.verdict == 0 && !report_allowed()) || bench_cut::after(cut::VERDICT) {
         return;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -181,6 +181,9 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
         flags: FLAG_DEVICE_SEEN,
         program: check.program,
     };
+    if bench_cut::after(cut::IDENTITY) {
+        return;
+    }
     // A retry storm's repeat ends here, before the cgroup and command name.
     if fold::counted_as_thread_repeat(&head, generation) {
         return;
@@ -188,10 +191,20 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     // SAFETY: helpers without arguments.
     head.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
     head.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    if bench_cut::after(cut::CLOCK_AND_CGROUP) {
+        return;
+    }
     let Some(comm) = events::first_sighting(&head, generation) else {
         return;
     };
-    let path = match regs.read() {
+    if bench_cut::after(cut::COMMAND_AND_KEY) {
+        return;
+    }
+    let regs = regs.read();
+    if bench_cut::after(cut::SAVED_REGISTERS) {
+        return;
+    }
+    let path = match regs {
         Some((syscall, path)) => {
             head.syscall = syscall;
             head.flags |= FLAG_PATH_FROM_REGS;

@@ -5,10 +5,12 @@
 //! than everything else a denied open does in our programs.
 
 use aya_ebpf::helpers::generated::{bpf_get_current_comm, bpf_probe_read_user_str};
-use gpu_trace_common::{DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN};
+use gpu_trace_common::{
+    bench_cut as cut, DeviceAccessEvent, EventHead, COMM_LEN, FLAG_PATH_TRUNCATED, PATH_LEN,
+};
 
 use crate::{
-    fold,
+    bench_cut, fold,
     maps::{count_lost_event, EVENTS},
     open_calls::EPERM,
     policy_programs, v1_devices, why_dropped,
@@ -46,6 +48,10 @@ pub fn send_first(head: &mut EventHead, comm: [u8; COMM_LEN], path: u64) {
         why_dropped::ring_full(head);
         return;
     };
+    if bench_cut::after(cut::RING_RESERVE) {
+        entry.discard(0);
+        return;
+    }
     let event = entry.as_mut_ptr();
     // SAFETY: `event` is our reserved record; each field is written through
     // a raw pointer, never read, before it is submitted.
@@ -63,6 +69,10 @@ pub fn send_first(head: &mut EventHead, comm: [u8; COMM_LEN], path: u64) {
             } else if copied < 0 {
                 why_dropped::path_unread(head, copied);
             }
+        }
+        if bench_cut::after(cut::PATH) {
+            entry.discard(0);
+            return;
         }
         // Denials only: the programs are what attribution evaluates. Its
         // reads pass through the v1 field, written after.

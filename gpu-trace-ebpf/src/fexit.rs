@@ -3,14 +3,20 @@
 //! wherever the kernel loads it (it needs BTF and trampolines).
 
 use aya_ebpf::{macros::fexit, programs::FExitContext};
-use gpu_trace_common::{DeviceFields, PROGRAM_CHECK_PERMISSION_EXIT};
+use gpu_trace_common::{bench_cut as cut, DeviceFields, PROGRAM_CHECK_PERMISSION_EXIT};
 
-use crate::device_check::{self, DeviceCheck};
+use crate::{
+    bench_cut,
+    device_check::{self, DeviceCheck},
+};
 
 // int devcgroup_check_permission(short type, u32 major, u32 minor, short access);
 // the name is gpu_trace_common::program::FEXIT_TARGET (the macro wants a literal).
 #[fexit(function = "devcgroup_check_permission")]
 pub fn check_permission_exit(ctx: FExitContext) -> i32 {
+    if bench_cut::after(cut::ENTRY) {
+        return 0;
+    }
     // The four arguments, then the return value (read as the fifth slot, which
     // unlike FExitContext::ret works before kernel 5.17).
     device_check::record(&DeviceCheck {

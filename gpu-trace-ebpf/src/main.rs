@@ -18,6 +18,7 @@
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
+mod bench_cut;
 mod cgroup_names;
 mod device_check;
 mod events;

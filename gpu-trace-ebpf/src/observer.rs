@@ -11,9 +11,10 @@ use aya_ebpf::{
     macros::cgroup_device,
     programs::DeviceContext,
 };
-use gpu_trace_common::{DeviceFields, LastDeviceCheck, PROGRAM_OBSERVE_DEVICE};
+use gpu_trace_common::{bench_cut as cut, DeviceFields, LastDeviceCheck, PROGRAM_OBSERVE_DEVICE};
 
 use crate::{
+    bench_cut,
     device_check::{self, DeviceCheck},
     maps::LAST_DEVICE_CHECK,
 };
@@ -25,6 +26,9 @@ const ALLOW: i32 = 1;
 /// it with `bpf_get_retval()` (5.18) and its thread id (6.1).
 #[cgroup_device]
 pub fn observe_device(ctx: DeviceContext) -> i32 {
+    if bench_cut::after(cut::ENTRY) {
+        return ALLOW;
+    }
     device_check::record(&DeviceCheck {
         device: device_of(&ctx),
         // SAFETY: a helper without arguments; the verifier refuses this

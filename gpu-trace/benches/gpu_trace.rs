@@ -341,6 +341,15 @@ impl Background {
 }
 
 fn watch(scene: &Scene, extra: &[&str], stdout: Stdio) -> Background {
+    Background::start(
+        watch_command(scene, extra, stdout),
+        "gpu-trace: ready",
+        false,
+    )
+}
+
+/// `watch`'s command line, to be started by the caller.
+fn watch_command(scene: &Scene, extra: &[&str], stdout: Stdio) -> Command {
     // --fold 0 unless `extra` folds: every event is written, as the
     // measurements assume.
     let fold: &[&str] = if extra.contains(&"--fold") {
@@ -354,7 +363,7 @@ fn watch(scene: &Scene, extra: &[&str], stdout: Stdio) -> Background {
         .args(fold)
         .args(extra)
         .stdout(stdout);
-    Background::start(command, "gpu-trace: ready", false)
+    command
 }
 
 fn bpftrace() -> Background {
@@ -559,6 +568,10 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
     };
     let in_kernel = in_kernel_cost(scene, &FOLD, &once, opens);
     let with_fold_0 = in_kernel_cost(scene, &[], &once, opens);
+    let breakdown = json!({
+        "repeat": steps_of_a_denial(scene, &FOLD, &REPEAT_STEPS, &once, opens),
+        "first_sighting": steps_of_a_denial(scene, &[], &FIRST_SIGHTING_STEPS, &once, opens),
+    });
     // Two producers flat out, one per CPU: denials per second, summed.
     let flood = || -> f64 {
         producers_of_denials(open_loop, scene, 2, opens, None)
@@ -589,6 +602,7 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
     json!({
         "in_kernel_ns_per_repeat": in_kernel,
         "in_kernel_ns_per_first_sighting": with_fold_0,
+        "breakdown": breakdown,
         "identity_changed": identity_changed_cost(scene, settings.runs * 100),
         "flood": [
             { "config": "2 producers, nothing attached", "denials_per_s": base, "min": base_lo, "max": base_hi, "ratio": 1.0 },
@@ -597,13 +611,70 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
     })
 }
 
+/// The device hook's steps for a repeat, in order (gpu_trace_common::bench_cut).
+const REPEAT_STEPS: [&str; 4] = ["entry", "verdict", "identity", "short-way"];
+/// And for a first sighting, sent whole at the end.
+const FIRST_SIGHTING_STEPS: [&str; 8] = [
+    "entry",
+    "verdict",
+    "identity",
+    "clock-and-cgroup",
+    "command-and-key",
+    "saved-registers",
+    "ring-reserve",
+    "path",
+];
+
+/// Where a denial's time in our programs goes: `watch` run once per step
+/// with the device hook cut after it (GPU_TRACE_BENCH_CUT), then uncut;
+/// each step's share is its total less the one before's. "entry" is what
+/// an empty program costs there (the hook's call and the statistics' own
+/// clock reads): the floor under every figure of this group.
+fn steps_of_a_denial(
+    scene: &Scene,
+    extra: &[&str],
+    steps: &[&str],
+    run: &dyn Fn() -> f64,
+    opens: u64,
+) -> Value {
+    let mut rows = Vec::new();
+    let mut before = 0.0;
+    for step in steps.iter().map(|s| Some(*s)).chain([None]) {
+        let total = in_kernel_cost_cut(scene, extra, step, run, opens)["total"]
+            .as_f64()
+            .expect("a total");
+        rows.push(json!({
+            "after": step.unwrap_or("all"),
+            "total_ns": total,
+            "step_ns": total - before,
+        }));
+        before = total;
+    }
+    Value::Array(rows)
+}
+
 /// The time gpu-trace's own programs spend per open, from the kernel's BPF
 /// run-time statistics: a figure the machine's noise barely touches (it
 /// leaves out the cost of the tracepoint machinery around the programs).
 fn in_kernel_cost(scene: &Scene, extra: &[&str], run: &dyn Fn() -> f64, opens: u64) -> Value {
+    in_kernel_cost_cut(scene, extra, None, run, opens)
+}
+
+/// `in_kernel_cost` with the device hook cut after `cut` (see steps_of_a_denial).
+fn in_kernel_cost_cut(
+    scene: &Scene,
+    extra: &[&str],
+    cut: Option<&str>,
+    run: &dyn Fn() -> f64,
+    opens: u64,
+) -> Value {
     let _stats =
         aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("enable BPF run-time statistics");
-    let tracer = watch(scene, extra, Stdio::null());
+    let mut command = watch_command(scene, extra, Stdio::null());
+    if let Some(cut) = cut {
+        command.env("GPU_TRACE_BENCH_CUT", cut);
+    }
+    let tracer = Background::start(command, "gpu-trace: ready", false);
     // What the ready line says the open route is and costs.
     let route = tracer
         .ready
@@ -1654,6 +1725,26 @@ fn print_repeated_denial(out: &mut impl Write, r: &Value) {
     );
     for c in r["flood"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "{}", paired_line(c, "denials_per_s", "/s"));
+    }
+    for (kind, title) in [
+        ("repeat", "a repeat"),
+        ("first_sighting", "a first sighting (--fold 0)"),
+    ] {
+        let steps: Vec<String> = r["breakdown"][kind]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                format!(
+                    "{} {:+.0}",
+                    s["after"].as_str().unwrap_or("?"),
+                    s["step_ns"].as_f64().unwrap_or(0.0)
+                )
+            })
+            .collect();
+        if !steps.is_empty() {
+            let _ = writeln!(out, "    {title}, ns per step: {}", steps.join(", "));
+        }
     }
     let identity = &r["identity_changed"];
     if !identity.is_null() {

@@ -3,6 +3,7 @@
 //! and the device programs in force on a cgroup.
 
 pub mod attach;
+pub mod bench_cut;
 pub mod bpf_log;
 pub mod bpf_sys;
 pub mod cgroups_made;

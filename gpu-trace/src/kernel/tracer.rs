@@ -20,6 +20,7 @@ use crate::{
     host::{kernel_btf::KernelBtf, preflight::Unsupported, proc_devices::CharMajors},
     kernel::{
         attach::{attach_tracepoint, take_map, Hook},
+        bench_cut,
         bpf_log::{self, BpfLog, BpfLogLevel},
         cgroups_made::CgroupsMade,
         device_hook::{DeviceHook, HookChoice, Loaded},
@@ -397,6 +398,8 @@ struct LoadSettings {
     verdict_from_errno: bool,
     v1_devices: V1DevicesChain,
     policy_programs: PolicyProgramsChain,
+    /// `gpu_trace_common::bench_cut`'s step: NONE outside the benchmark.
+    bench_cut: u8,
 }
 
 impl LoadSettings {
@@ -420,6 +423,7 @@ impl LoadSettings {
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
             policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
+            bench_cut: bench_cut::from_env(notes)?,
         })
     }
 }
@@ -496,6 +500,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         )
         .override_global(bpf_log::LEVEL_GLOBAL, &config.bpf_log.in_kernel(), true)
         .override_global(global::DROP_RECORD_LEVEL, &config.bpf_log.in_kernel(), true)
+        .override_global(global::BENCH_CUT, &settings.bench_cut, true)
         .load(TRACER_OBJECT)
         .context("loading gpu-trace's eBPF object")
 }

@@ -973,3 +973,71 @@ fn bind_in_mount_namespace_of(pid: u32, source: Option<&Path>, target: &Path) {
         "binding {source:?} over {target:?} in pid {pid}'s mount namespace failed"
     );
 }
+
+/// The benchmark's breakdown cuts the device hook short by name
+/// (GPU_TRACE_BENCH_CUT): a cut it does not know is refused before
+/// anything is loaded; a known one is said in the notes, the verdict stands,
+/// and what the hook sees past the cut is not reported.
+#[test]
+fn a_bench_cut_is_said_and_an_unknown_one_is_refused_before_loading() {
+    let incident = or_skip!(incident_test, "bench-cut");
+    let major = incident.uvm_major.to_string();
+    let loaded_before = gpu_trace_program_ids();
+    let refused = Command::new(gpu_trace())
+        .args(["watch", "--major", &major])
+        .env("GPU_TRACE_BENCH_CUT", "lookup")
+        .output()
+        .expect("run gpu-trace watch");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "GPU_TRACE_BENCH_CUT=\"lookup\": no such step (one of entry, verdict, identity, short-way,"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        gpu_trace_program_ids().is_subset(&loaded_before),
+        "a refused cut left programs loaded"
+    );
+
+    let mut command = Command::new(gpu_trace());
+    command
+        .args([
+            "watch",
+            "--format",
+            "json",
+            "--device-hook-only",
+            "--major",
+            &major,
+        ])
+        .env("GPU_TRACE_BENCH_CUT", "verdict");
+    let watcher = Watcher::spawn(command);
+    assert!(
+        watcher.stderr_seen.iter().any(|l| l
+            == "gpu-trace: GPU_TRACE_BENCH_CUT=verdict: the device hook stops after its verdict step \
+                (a benchmark's breakdown); what it sees is not reported"),
+        "{:#?}",
+        watcher.stderr_seen
+    );
+    let child = run_probe(
+        Path::new(gpu_trace()),
+        &[&incident.cgroup],
+        &[incident.open_rw("nvidia-uvm")],
+    )
+    .expect("run probe in scratch cgroup");
+    assert_eq!(child.results, [libc::EPERM], "the policy's verdict stands");
+    let (status, stderr, lines) = watcher.stop_with_lines();
+    assert!(status.success(), "{stderr:#?}");
+    assert_eq!(
+        lines,
+        Vec::<String>::new(),
+        "nothing past the cut is reported"
+    );
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("detached; events 0, denied 0, lost 0")),
+        "{stderr:#?}"
+    );
+}

@@ -181,9 +181,11 @@ pub mod bench_cut {
     pub const RING_RESERVE: u8 = 8;
     /// After the path's copy into the record (discarded).
     pub const PATH: u8 = 9;
+    /// After the device programs in force were copied (discarded).
+    pub const PROGRAMS_IN_FORCE: u8 = 10;
 
     /// Each cut by the name the benchmark and `GPU_TRACE_BENCH_CUT` use.
-    pub const NAMES: [(&str, u8); 9] = [
+    pub const NAMES: [(&str, u8); 10] = [
         ("entry", ENTRY),
         ("verdict", VERDICT),
         ("identity", IDENTITY),
@@ -193,6 +195,7 @@ pub mod bench_cut {
         ("saved-registers", SAVED_REGISTERS),
         ("ring-reserve", RING_RESERVE),
         ("path", PATH),
+        ("programs-in-force", PROGRAMS_IN_FORCE),
     ];
 }
 

@@ -82,6 +82,10 @@ pub fn send_first(head: &mut EventHead, comm: [u8; COMM_LEN], path: u64) {
             &raw mut (*event).v1_devices_cgroup,
             denied,
         );
+        if bench_cut::after(cut::PROGRAMS_IN_FORCE) {
+            entry.discard(0);
+            return;
+        }
         (&raw mut (*event).v1_devices_cgroup).write(v1_devices::current_cgroup());
         (&raw mut (*event).comm).write(comm);
         (&raw mut (*event).head).write(*head);

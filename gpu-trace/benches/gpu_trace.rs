@@ -614,7 +614,7 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
 /// The device hook's steps for a repeat, in order (gpu_trace_common::bench_cut).
 const REPEAT_STEPS: [&str; 4] = ["entry", "verdict", "identity", "short-way"];
 /// And for a first sighting, sent whole at the end.
-const FIRST_SIGHTING_STEPS: [&str; 8] = [
+const FIRST_SIGHTING_STEPS: [&str; 9] = [
     "entry",
     "verdict",
     "identity",
@@ -623,13 +623,17 @@ const FIRST_SIGHTING_STEPS: [&str; 8] = [
     "saved-registers",
     "ring-reserve",
     "path",
+    "programs-in-force",
 ];
 
-/// Where a denial's time in our programs goes: `watch` run once per step
-/// with the device hook cut after it (GPU_TRACE_BENCH_CUT), then uncut;
-/// each step's share is its total less the one before's. "entry" is what
-/// an empty program costs there (the hook's call and the statistics' own
-/// clock reads): the floor under every figure of this group.
+/// Where a denial's time in our programs goes: `watch --device-hook-only`
+/// run once per step with the device hook cut after it
+/// (GPU_TRACE_BENCH_CUT), then uncut; each step's share is its total less
+/// the one before's. The device hook reports alone, so that the steps are
+/// the same on every route (with fexit on the open function, the default
+/// leaves its sighting to the open's exit, which has no cuts). "entry" is
+/// what an empty program costs there (the hook's call and the statistics'
+/// own clock reads): the floor under every figure of this group.
 fn steps_of_a_denial(
     scene: &Scene,
     extra: &[&str],
@@ -637,10 +641,11 @@ fn steps_of_a_denial(
     run: &dyn Fn() -> f64,
     opens: u64,
 ) -> Value {
+    let extra = [extra, &["--device-hook-only"]].concat();
     let mut rows = Vec::new();
     let mut before = 0.0;
     for step in steps.iter().map(|s| Some(*s)).chain([None]) {
-        let total = in_kernel_cost_cut(scene, extra, step, run, opens)["total"]
+        let total = in_kernel_cost_cut(scene, &extra, step, run, opens)["total"]
             .as_f64()
             .expect("a total");
         rows.push(json!({

@@ -217,22 +217,5 @@ fn print_summary(guests: &Value) {
             total("in_kernel_ns_per_first_sighting"),
             flood
         );
-        for kind in ["repeat", "first_sighting"] {
-            let steps: Vec<String> = repeated["breakdown"][kind]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|s| {
-                    format!(
-                        "{} {:+.0}",
-                        s["after"].as_str().unwrap_or("?"),
-                        s["step_ns"].as_f64().unwrap_or(0.0)
-                    )
-                })
-                .collect();
-            if !steps.is_empty() {
-                println!("         {kind}, ns per step: {}", steps.join(", "));
-            }
-        }
     }
 }

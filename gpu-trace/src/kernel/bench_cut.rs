@@ -2,20 +2,28 @@
 //! our programs. Named, it makes the device hook stop after that step
 //! (gpu_trace_common::bench_cut), so that the kernel's run-time statistics
 //! time the steps one by one; what the hook sees past the cut is not
-//! reported, and the ready line's notes say so.
+//! reported, and the ready line's notes say so. Only with the device hook
+//! alone (`--opens none`): an open route's exits report on their own,
+//! and a cut would stop some of their reports and not others.
 
 use gpu_trace_common::bench_cut;
+
+use crate::kernel::open_route::OpensChoice;
 
 pub const ENV: &str = "GPU_TRACE_BENCH_CUT";
 
 /// The cut the environment names (`bench_cut::NONE` when unset), and a
 /// note for the ready line when there is one.
-pub fn from_env(notes: &mut Vec<String>) -> anyhow::Result<u8> {
+pub fn from_env(opens: OpensChoice, notes: &mut Vec<String>) -> anyhow::Result<u8> {
     let Some(value) = std::env::var_os(ENV) else {
         return Ok(bench_cut::NONE);
     };
     let value = value.to_string_lossy();
     let cut = by_name(&value)?;
+    anyhow::ensure!(
+        opens == OpensChoice::None,
+        "{ENV} cuts the device hook's own report: it needs the device hook alone (--device-hook-only)"
+    );
     notes.push(format!(
         "{ENV}={value}: the device hook stops after its {value} step (a benchmark's breakdown); \
          what it sees is not reported"

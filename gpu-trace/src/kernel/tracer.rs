@@ -423,7 +423,7 @@ impl LoadSettings {
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
             policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
-            bench_cut: bench_cut::from_env(notes)?,
+            bench_cut: bench_cut::from_env(config.opens, notes)?,
         })
     }
 }

@@ -975,8 +975,9 @@ fn bind_in_mount_namespace_of(pid: u32, source: Option<&Path>, target: &Path) {
 }
 
 /// The benchmark's breakdown cuts the device hook short by name
-/// (GPU_TRACE_BENCH_CUT): a cut it does not know is refused before
-/// anything is loaded; a known one is said in the notes, the verdict stands,
+/// (GPU_TRACE_BENCH_CUT): a cut it does not know, or one with an open route
+/// beside the hook, is refused before anything is loaded; a known one is
+/// said in the notes, the verdict stands,
 /// and what the hook sees past the cut is not reported.
 #[test]
 fn a_bench_cut_is_said_and_an_unknown_one_is_refused_before_loading() {
@@ -994,6 +995,22 @@ fn a_bench_cut_is_said_and_an_unknown_one_is_refused_before_loading() {
         stderr.contains(
             "GPU_TRACE_BENCH_CUT=\"lookup\": no such step (one of entry, verdict, identity, short-way,"
         ),
+        "{stderr}"
+    );
+    assert!(
+        gpu_trace_program_ids().is_subset(&loaded_before),
+        "a refused cut left programs loaded"
+    );
+    // The open route's exits report on their own: a cut needs the hook alone.
+    let with_opens = Command::new(gpu_trace())
+        .args(["watch", "--major", &major])
+        .env("GPU_TRACE_BENCH_CUT", "verdict")
+        .output()
+        .expect("run gpu-trace watch");
+    let stderr = String::from_utf8_lossy(&with_opens.stderr);
+    assert_eq!(with_opens.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("GPU_TRACE_BENCH_CUT cuts the device hook's own report: it needs the device hook alone (--device-hook-only)"),
         "{stderr}"
     );
     assert!(

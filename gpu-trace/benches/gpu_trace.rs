@@ -113,14 +113,20 @@ fn main() {
         "machine": machine(),
         "settings": { "runs": settings.runs, "opens": settings.opens, "seconds": settings.seconds },
     });
-    // `--only overhead|repeats|throughput|liveness|startup|tenants|workload` runs one group.
+    // `--only overhead|repeats|throughput|liveness|startup|tenants|workload` runs one group;
+    // a guest runs the overhead group (with the repeats) or the repeats alone.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     let only = if guest {
-        Some("overhead".to_string())
+        Some(
+            only.filter(|o| o == "repeats")
+                .unwrap_or("overhead".to_string()),
+        )
     } else {
-        args.iter()
-            .position(|a| a == "--only")
-            .and_then(|i| args.get(i + 1))
-            .cloned()
+        only
     };
     let wanted = |group: &str| only.as_deref().is_none_or(|o| o == group);
     if wanted("overhead") {

@@ -89,8 +89,10 @@ enum Task {
         /// Where the machine-readable summary goes.
         #[arg(long, default_value = "bench/results.json")]
         json: PathBuf,
-        /// Run one group only: overhead, throughput, liveness, startup, tenants, workload,
-        /// or guests (the open overhead inside the kernel matrix's qemu guests).
+        /// Run one group only: overhead, repeats, throughput, liveness, startup, tenants,
+        /// workload, guests (the open overhead inside the kernel matrix's qemu guests), or
+        /// guest-repeats (the guests' repeated-denial group alone, kept beside their other
+        /// results).
         #[arg(long)]
         only: Option<String>,
         /// With the guests: only this kernel (repeatable); all three by default.
@@ -587,7 +589,7 @@ fn bench(
     only: Option<&str>,
     kernels: &[guest::kernels::Series],
 ) -> anyhow::Result<()> {
-    const GROUPS: [&str; 8] = [
+    const GROUPS: [&str; 9] = [
         "overhead",
         "repeats",
         "throughput",
@@ -596,6 +598,7 @@ fn bench(
         "tenants",
         "workload",
         "guests",
+        "guest-repeats",
     ];
     if let Some(group) = only.filter(|g| !GROUPS.contains(g)) {
         anyhow::bail!(
@@ -612,11 +615,16 @@ fn bench(
     if let Some(dir) = json.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    if only != Some("guests") {
+    let in_guests = match only {
+        None | Some("guests") => Some(vm_bench::GuestGroups::All),
+        Some("guest-repeats") => Some(vm_bench::GuestGroups::RepeatsOnly),
+        Some(_) => None,
+    };
+    if !matches!(only, Some("guests" | "guest-repeats")) {
         host_bench(quick, &json, only)?;
     }
-    if only.is_none_or(|o| o == "guests") {
-        vm_bench::vm_bench(kernels, quick, &json)?;
+    if let Some(groups) = in_guests {
+        vm_bench::vm_bench(kernels, quick, groups, &json)?;
     }
     Ok(())
 }

@@ -40,10 +40,11 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 const JSON_BEGIN: &str = "gpu-trace-bench-json";
 const JSON_END: &str = "gpu-trace-bench-end";
 
-/// PID 1 of the bench guest, after GUEST_MOUNTS. @QUICK@ becomes `--quick` or nothing.
+/// PID 1 of the bench guest, after GUEST_MOUNTS. @ARGS@ becomes the bench's
+/// own options (`--quick`, `--only repeats`).
 const INIT_TEMPLATE: &str = r#"
 echo "gpu-trace-bench: kernel $(uname -r)"
-GPU_TRACE_BIN=/bin/gpu-trace bench --guest @QUICK@ --open-loop /bin/open_loop --json /tmp/bench.json
+GPU_TRACE_BIN=/bin/gpu-trace bench --guest @ARGS@ --open-loop /bin/open_loop --json /tmp/bench.json
 status=$?
 echo "gpu-trace-bench: bench exited $status"
 if [ $status -eq 0 ]; then
@@ -52,10 +53,25 @@ fi
 poweroff -f
 "#;
 
+/// What the bench runs in each guest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum GuestGroups {
+    /// The open overhead and the repeated denial.
+    All,
+    /// The repeated denial alone (a third of the time), stored beside the
+    /// guest's open overhead from an earlier run, with its own date.
+    RepeatsOnly,
+}
+
 /// Boots each kernel (all three when `series` is empty), runs the bench in
 /// it, and stores each guest's results under `guests` in `json`, keeping
 /// what else the file holds. Fails when any kernel gave no results.
-pub fn vm_bench(series: &[Series], quick: bool, json: &Path) -> anyhow::Result<()> {
+pub fn vm_bench(
+    series: &[Series],
+    quick: bool,
+    groups: GuestGroups,
+    json: &Path,
+) -> anyhow::Result<()> {
     let series = if series.is_empty() {
         Series::value_variants()
     } else {
@@ -63,7 +79,7 @@ pub fn vm_bench(series: &[Series], quick: bool, json: &Path) -> anyhow::Result<(
     };
     apt_install(&["busybox-static", "strace"])?;
     install_qemu()?;
-    let initramfs = bench_initramfs(quick)?;
+    let initramfs = bench_initramfs(quick, groups)?;
     let mut results: Value = match fs::read_to_string(json) {
         Ok(text) => serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", json.display()))?,
@@ -72,6 +88,11 @@ pub fn vm_bench(series: &[Series], quick: bool, json: &Path) -> anyhow::Result<(
     let mut failed = Vec::new();
     for &s in series {
         match boot(s, &kernel_image(s)?, &initramfs) {
+            Ok(guest) if groups == GuestGroups::RepeatsOnly => {
+                let mut repeated = guest["repeated_denial"].clone();
+                repeated["date"] = guest["date"].clone();
+                results["guests"][s.name()]["repeated_denial"] = repeated;
+            }
             Ok(guest) => results["guests"][s.name()] = guest,
             Err(e) => {
                 eprintln!("xtask: bench in the {} guest: {e:#}", s.name());
@@ -92,7 +113,7 @@ pub fn vm_bench(series: &[Series], quick: bool, json: &Path) -> anyhow::Result<(
 
 /// The guest: busybox, strace with its libraries, and the three binaries.
 /// Packed again only when one of them changed.
-fn bench_initramfs(quick: bool) -> anyhow::Result<PathBuf> {
+fn bench_initramfs(quick: bool, groups: GuestGroups) -> anyhow::Result<PathBuf> {
     let dir = vm_dir().join("bench");
     fs::create_dir_all(&dir)?;
     let messages = build_static(&["bench", "--package", "gpu-trace", "--bench", "gpu_trace"])?;
@@ -102,7 +123,7 @@ fn bench_initramfs(quick: bool) -> anyhow::Result<PathBuf> {
     let init = dir.join("init");
     let script = format!(
         "#!/bin/sh\n# PID 1 of the gpu-trace bench guest, written by xtask/src/vm_bench.rs.\n{GUEST_MOUNTS}{}",
-        INIT_TEMPLATE.replace("@QUICK@", if quick { "--quick" } else { "" })
+        INIT_TEMPLATE.replace("@ARGS@", &guest_bench_args(quick, groups))
     );
     write_if_changed(&init, &script)?;
     let initramfs = dir.join("initramfs.cpio.gz");
@@ -129,6 +150,18 @@ fn bench_initramfs(quick: bool) -> anyhow::Result<PathBuf> {
     fs::copy(&open_loop, root.join("bin/open_loop"))?;
     pack_initramfs_tree(&root, &init, &initramfs)?;
     Ok(initramfs)
+}
+
+/// The bench's options inside the guest.
+fn guest_bench_args(quick: bool, groups: GuestGroups) -> String {
+    let mut args = Vec::new();
+    if quick {
+        args.push("--quick");
+    }
+    if groups == GuestGroups::RepeatsOnly {
+        args.extend(["--only", "repeats"]);
+    }
+    args.join(" ")
 }
 
 /// The bench's C open loop, linked statically: the guest has no compiler.

@@ -540,6 +540,10 @@ pub struct CgroupPath {
 /// `OpenInFlight::seen` bits.
 pub const SEEN_DEVICE: u16 = 1;
 pub const SEEN_WATCHED: u16 = 2;
+/// With fexit alone: the device hook counted this call's denial as a
+/// repeat already; the open's exit only takes the mark (no other field but
+/// the path pointer, syscall and verdict is this call's).
+pub const SEEN_COUNTED: u16 = 4;
 
 /// What makes two problems "the same" for the kernel's fold: cgroup,
 /// device, access and command, as userspace folds them, the outcome (so

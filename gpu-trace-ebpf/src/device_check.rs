@@ -7,9 +7,10 @@ use aya_ebpf::helpers::{
     bpf_ktime_get_boot_ns,
 };
 use gpu_trace_common::{
-    bench_cut as cut, DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_PATH_FROM_REGS,
-    MAJOR_NO_DRIVER, MAJOR_WATCHED, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT, SEEN_DEVICE,
-    SEEN_WATCHED, SYSCALL_CREAT, SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
+    bench_cut as cut, DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
+    FLAG_PATH_FROM_REGS, MAJOR_NO_DRIVER, MAJOR_WATCHED, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT,
+    PROGRAM_OPEN_FUNCTION_EXIT, SEEN_COUNTED, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_CREAT,
+    SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 use crate::{
@@ -97,6 +98,9 @@ fn left_for_open_exit(check: &DeviceCheck) {
     );
     match regs {
         Some((syscall, path_ptr)) if in_open => {
+            if watched && check.verdict != 0 && counted_at_check(check, syscall, path_ptr) {
+                return;
+            }
             let mut call = OpenInFlight::entered(path_ptr, syscall, 0);
             fill_in(&mut call, check, watched);
             call.path_head = path_head(path_ptr);
@@ -111,6 +115,53 @@ fn left_for_open_exit(check: &DeviceCheck) {
         _ if watched => report_now(check, SavedRegisters::Read(regs)),
         _ => {}
     }
+}
+
+/// With fexit alone, a retry storm's repeat is counted here, at the device
+/// check, and the open's exit only takes the mark left for it: no path read,
+/// clock read or table insert for either (the exit's short way, which
+/// needs them, costs several times as much). The key is the one the exit
+/// made for the first sighting: its errno is the verdict (a refused check
+/// fails the open with it), its flags those of an open's exit. The mark goes
+/// in the thread's entry, which its first sighting made: with none, nothing
+/// is counted here.
+#[inline(always)]
+fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
+    // Without folding (or the generation that vouches for a thread's key)
+    // every denial is a first sighting: nothing to look up for it.
+    let generation = fold::identity_generation();
+    if generation == 0 || !fold::folding() {
+        return false;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some(entry) = IN_FLIGHT.get_ptr_mut(pid_tgid as u32) else {
+        return false;
+    };
+    let head = EventHead {
+        boot_ns: 0,
+        cgroup_id: 0,
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        uid: bpf_get_current_uid_gid() as u32,
+        device: check.device,
+        hook_verdict: check.verdict,
+        syscall_ret: check.verdict,
+        syscall: SYSCALL_NONE,
+        flags: FLAG_HAS_SYSCALL | FLAG_DEVICE_SEEN,
+        program: PROGRAM_OPEN_FUNCTION_EXIT,
+    };
+    if !fold::counted_as_thread_repeat(&head, generation) {
+        return false;
+    }
+    // SAFETY: this thread's own entry; only this thread, running here,
+    // writes it (and the exit of this very call reads it next).
+    unsafe {
+        (*entry).path_ptr = path_ptr;
+        (*entry).syscall = syscall;
+        (*entry).hook_verdict = check.verdict;
+        (*entry).seen = SEEN_COUNTED;
+    }
+    true
 }
 
 /// The device fields of `call` from `check`; thread, cgroup, user and time

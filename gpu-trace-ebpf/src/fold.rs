@@ -28,7 +28,9 @@
 //! read the clock either (a clock source read, the dearest helper here):
 //! finding the tick (jiffies) its key was remembered in tells that its
 //! window is not over, and it is counted at the remembered time, less
-//! than a tick early.
+//! than a tick early. With fexit alone, a denial inside an open is counted
+//! that way at the device check too, under the key its open's exit made,
+//! and the exit only takes the mark it left (device_check.rs).
 
 use core::{
     intrinsics::{atomic_xadd, AtomicOrdering},
@@ -39,12 +41,12 @@ use aya_ebpf::helpers::generated::bpf_jiffies64;
 use gpu_trace_common::{
     bench_cut as cut, CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey,
     RepeatCount, RepeatKey, COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP,
-    SYSCALL_NONE,
+    OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
 };
 
 use crate::maps::{
-    add_one, count_lost_event, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK, IDENTITY_GENERATION,
-    NOEXIST, REPEATS, THREAD_LAST_FOLDED,
+    add_one, count_lost_event, open_calls_traced, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK,
+    IDENTITY_GENERATION, NOEXIST, REPEATS, THREAD_LAST_FOLDED,
 };
 use crate::{bench_cut, why_dropped};
 
@@ -60,6 +62,12 @@ const E2BIG: i32 = 7;
 fn key(head: &EventHead, comm: &[u8; COMM_LEN]) -> Option<RepeatKey> {
     let window = FOLD_WINDOW_NS.load();
     (window != 0 && RepeatKey::is_problem(head)).then(|| RepeatKey::of(head, comm, window))
+}
+
+/// Whether repeats are folded at all (`--fold` not 0).
+#[inline(always)]
+pub fn folding() -> bool {
+    FOLD_WINDOW_NS.load() != 0
 }
 
 /// The identity generation, to be read before the cgroup and command name
@@ -84,7 +92,7 @@ pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
     if generation == 0 || window == 0 {
         return false;
     }
-    let Some(slot) = THREAD_LAST_FOLDED.get_ptr(0) else {
+    let Some(slot) = THREAD_LAST_FOLDED.get_ptr_mut(0) else {
         return false;
     };
     let pid_tgid = pid_tgid_of(head);
@@ -132,6 +140,17 @@ pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
             return false;
         }
         add_repeat(count, boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+        // With fexit alone the device check counts the next repeat by the
+        // tick (device_check::counted_at_check): once the tick moved on,
+        // a repeat counted here, at the open's exit, keeps that going.
+        if head.boot_ns != 0 && open_calls_traced() == OPEN_CALLS_BY_RESULT {
+            let tick = tick_to_remember(read_volatile(&raw const (*key).window), head.boot_ns);
+            if read_volatile(&raw const (*slot).tick) != tick {
+                write_volatile(&raw mut (*slot).sequence, sequence + 1);
+                write_volatile(&raw mut (*slot).tick, tick);
+                write_volatile(&raw mut (*slot).sequence, sequence + 2);
+            }
+        }
     }
     true
 }
@@ -219,15 +238,25 @@ fn remember_key_for_thread(head: &EventHead, key: &RepeatKey, generation: u64) {
         write_volatile(&raw mut (*slot).key, *key);
         write_volatile(&raw mut (*slot).generation, generation);
         write_volatile(&raw mut (*slot).remembered_ns, head.boot_ns);
-        // Read after the head's time; a tick is at most 10 ms (HZ >= 100).
-        let window_end = (key.window + 1).wrapping_mul(FOLD_WINDOW_NS.load());
-        let tick = if window_end.saturating_sub(head.boot_ns) > TICK_MARGIN_NS {
-            bpf_jiffies64()
-        } else {
-            u64::MAX
-        };
-        write_volatile(&raw mut (*slot).tick, tick);
+        write_volatile(
+            &raw mut (*slot).tick,
+            tick_to_remember(key.window, head.boot_ns),
+        );
         write_volatile(&raw mut (*slot).sequence, sequence + 2);
+    }
+}
+
+/// The tick to remember a key of `window` in, at `boot_ns`: the current
+/// one (read after that time; a tick is at most 10 ms, HZ >= 100) while the
+/// window has TICK_MARGIN_NS left, else one no repeat finds.
+#[inline(always)]
+fn tick_to_remember(window: u64, boot_ns: u64) -> u64 {
+    let window_end = (window + 1).wrapping_mul(FOLD_WINDOW_NS.load());
+    if window_end.saturating_sub(boot_ns) > TICK_MARGIN_NS {
+        // SAFETY: a helper without arguments.
+        unsafe { bpf_jiffies64() }
+    } else {
+        u64::MAX
     }
 }
 

@@ -4,8 +4,9 @@
 //!
 //! With the tracepoints, entry stashes the path pointer by thread and the
 //! device hook fills in the call in flight; with fexit alone, the device
-//! hook leaves a sighting by thread. Either way the exit emits an event for
-//! a watched device access, or a GPU node's failed open.
+//! hook leaves a sighting by thread (or, for a retry storm's repeat it
+//! counted itself, a mark). Either way the exit emits an event for a
+//! watched device access, or a GPU node's failed open.
 
 use aya_ebpf::{
     helpers::{
@@ -19,8 +20,8 @@ use gpu_trace_common::{
     EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
     FLAG_PATH_CHANGED, GDRDRV_DEV_PREFIX, INFINIBAND_DEV_PREFIX, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX,
     PATH_HEAD_LEN, PROGRAM_EXIT_OPEN, PROGRAM_EXIT_OPENAT, PROGRAM_EXIT_OPENAT2,
-    PROGRAM_OPEN_FUNCTION_EXIT, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE, SYSCALL_OPEN,
-    SYSCALL_OPENAT, SYSCALL_OPENAT2, VFIO_DEV_PREFIX,
+    PROGRAM_OPEN_FUNCTION_EXIT, SEEN_COUNTED, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
+    SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2, VFIO_DEV_PREFIX,
 };
 
 use crate::{
@@ -185,7 +186,15 @@ pub fn finish_by_result(ret: i32, path_ptr: u64) {
     if let Some(sighting) = sighting {
         // SAFETY: this thread's own entry, taken at most once.
         let sighting = unsafe { &mut *sighting };
-        if sighting.syscall != SYSCALL_NONE {
+        if sighting.seen & SEEN_COUNTED != 0 && sighting.syscall != SYSCALL_NONE {
+            // Counted at the device check (device_check::counted_at_check):
+            // left inside a running open, so by this call, which fails as
+            // the check made it.
+            sighting.syscall = SYSCALL_NONE;
+            if sighting.path_ptr == path_ptr && sighting.hook_verdict == ret {
+                return;
+            }
+        } else if sighting.syscall != SYSCALL_NONE {
             match whose_sighting(sighting, path_ptr, ret) {
                 Sighting::ThisCalls => call = *sighting,
                 Sighting::ThisCallsPathChanged => {

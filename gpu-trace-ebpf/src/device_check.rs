@@ -134,6 +134,10 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
         return false;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
+    // Another thread's key on this CPU: the long way, before any lookup.
+    if !fold::remembers_thread(pid_tgid) {
+        return false;
+    }
     let Some(entry) = IN_FLIGHT.get_ptr_mut(pid_tgid as u32) else {
         return false;
     };

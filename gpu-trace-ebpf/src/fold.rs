@@ -70,6 +70,16 @@ pub fn folding() -> bool {
     FOLD_WINDOW_NS.load() != 0
 }
 
+/// Whether this CPU remembers a key of thread `pid_tgid`: the first thing
+/// the short way compares, looked at before anything else is read for it.
+#[inline(always)]
+pub fn remembers_thread(pid_tgid: u64) -> bool {
+    THREAD_LAST_FOLDED
+        .get_ptr(0)
+        // SAFETY: this CPU's slot, one word read in place.
+        .is_some_and(|slot| unsafe { read_volatile(&raw const (*slot).pid_tgid) } == pid_tgid)
+}
+
 /// The identity generation, to be read before the cgroup and command name
 /// of a key are: 0 while nothing keeps it (then no key is remembered).
 #[inline(always)]
@@ -143,10 +153,18 @@ pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
         // With fexit alone the device check counts the next repeat by the
         // tick (device_check::counted_at_check): once the tick moved on,
         // a repeat counted here, at the open's exit, keeps that going.
+        // The time goes with the tick: the check's repeats are counted at it.
+        // Rewritten only while the slot is still this thread's, unchanged
+        // since it was read (a program preempting this one may have
+        // remembered another key meanwhile).
         if head.boot_ns != 0 && open_calls_traced() == OPEN_CALLS_BY_RESULT {
             let tick = tick_to_remember(read_volatile(&raw const (*key).window), head.boot_ns);
-            if read_volatile(&raw const (*slot).tick) != tick {
+            if read_volatile(&raw const (*slot).tick) != tick
+                && read_volatile(&raw const (*slot).sequence) == sequence
+                && read_volatile(&raw const (*slot).pid_tgid) == pid_tgid
+            {
                 write_volatile(&raw mut (*slot).sequence, sequence + 1);
+                write_volatile(&raw mut (*slot).remembered_ns, head.boot_ns);
                 write_volatile(&raw mut (*slot).tick, tick);
                 write_volatile(&raw mut (*slot).sequence, sequence + 2);
             }

@@ -19,16 +19,16 @@ use aya_ebpf::{
 use gpu_trace_common::{
     EventHead, OpenInFlight, ACCEL_DEV_PREFIX, DRI_DEV_PREFIX, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
     FLAG_PATH_CHANGED, GDRDRV_DEV_PREFIX, INFINIBAND_DEV_PREFIX, KFD_DEV_PREFIX, NVIDIA_DEV_PREFIX,
-    PATH_HEAD_LEN, PROGRAM_EXIT_OPEN, PROGRAM_EXIT_OPENAT, PROGRAM_EXIT_OPENAT2,
-    PROGRAM_OPEN_FUNCTION_EXIT, SEEN_COUNTED, SEEN_DEVICE, SEEN_WATCHED, SYSCALL_NONE,
-    SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2, VFIO_DEV_PREFIX,
+    OPEN_CALLS_BY_RESULT, PATH_HEAD_LEN, PROGRAM_EXIT_OPEN, PROGRAM_EXIT_OPENAT,
+    PROGRAM_EXIT_OPENAT2, PROGRAM_OPEN_FUNCTION_EXIT, SEEN_COUNTED, SEEN_DEVICE, SEEN_WATCHED,
+    SYSCALL_NONE, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2, VFIO_DEV_PREFIX,
 };
 
 use crate::{
     events, fold,
     maps::{
-        current_is_followed, is_watched, report_allowed, verdict_from_errno, IN_FLIGHT,
-        LAST_DEVICE_CHECK,
+        current_is_followed, is_watched, open_calls_traced, report_allowed, verdict_from_errno,
+        IN_FLIGHT, LAST_DEVICE_CHECK,
     },
     syscall_regs::syscall_path_argument,
     tracepoint_record::record_field,
@@ -396,11 +396,22 @@ fn starts_with<const N: usize>(head: &[u8; 11], prefix: &[u8; N]) -> bool {
 
 // By reference: a BPF-to-BPF call takes five arguments at most.
 fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) {
-    // Before the command name is read (see fold.rs); a key made here is
-    // only used again with the cgroup compared.
-    let generation = fold::identity_generation();
+    // Before the command name is read (see fold.rs).
+    let mut generation = fold::identity_generation();
     // The observer takes these only for watched devices.
     let (boot_ns, cgroup_id, uid) = if call.seen & SEEN_WATCHED != 0 {
+        // Its cgroup was read at the device check, before this generation:
+        // a thread moved since then would have its key remembered under the
+        // new generation with the old cgroup, and the device check's short
+        // way (which compares no cgroup) count the new one's repeats under
+        // it. No short way for it, then.
+        // SAFETY: a helper without arguments.
+        if generation != 0
+            && open_calls_traced() == OPEN_CALLS_BY_RESULT
+            && unsafe { bpf_get_current_cgroup_id() } != call.cgroup_id
+        {
+            generation = 0;
+        }
         (call.boot_ns, call.cgroup_id, call.uid)
     } else {
         // SAFETY: helpers without arguments.

@@ -127,6 +127,10 @@ pub mod global {
     /// Where the saved user registers (`struct pt_regs`) lie from the bottom
     /// of a task's kernel stack.
     pub const PT_REGS_OFFSET: &str = "PT_REGS_OFFSET";
+    /// Offset of the thread's syscall status word (`thread_info.status`)
+    /// in `struct task_struct`: its TS_COMPAT bit says which syscall table
+    /// the current call came through. 0: told from the code segment.
+    pub const COMPAT_STATUS_OFFSET: &str = "COMPAT_STATUS_OFFSET";
     /// The chain from a task to its v1 devices cgroup's kernfs id, as five
     /// offsets (`V1DevicesChain`), from the kernel's BTF; all 0 where no v1
     /// devices hierarchy is mounted.

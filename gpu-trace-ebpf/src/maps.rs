@@ -105,6 +105,8 @@ pub static TASK_STACK_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
+pub static COMPAT_STATUS_OFFSET: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
 pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static V1_DEVICES_CHAIN: Global<V1DevicesChain> = Global::new(V1DevicesChain {

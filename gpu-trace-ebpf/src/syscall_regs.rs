@@ -16,7 +16,7 @@ use gpu_trace_common::{
     SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::{PT_REGS_OFFSET, TASK_STACK_OFFSET};
+use crate::maps::{COMPAT_STATUS_OFFSET, PT_REGS_OFFSET, TASK_STACK_OFFSET};
 
 /// Offsets in `struct pt_regs`.
 const BX: u64 = 5 * 8;
@@ -37,6 +37,10 @@ const USER_CS_64: u64 = 0x33;
 const USER_CS_32: u64 = 0x23;
 /// x32 processes run 64-bit code and set this bit in the syscall number.
 const X32_SYSCALL_BIT: u64 = 0x4000_0000;
+/// `thread_info.status` while a 32-bit syscall runs, whatever the code
+/// segment: a 64-bit process may call `int $0x80`, which takes the 32-bit
+/// table and registers while its saved code segment says 64-bit.
+const TS_COMPAT: u32 = 0x0002;
 
 /// Which argument register holds the path, by x86_64 syscall number: the
 /// calls that can reach the device check with a path.
@@ -98,16 +102,25 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
         return None;
     }
     let nr = read(ORIG_AX)?;
-    match read(CS)? & 0xffff {
-        USER_CS_64 => {
-            let (syscall, register) = path_argument(nr & !X32_SYSCALL_BIT)?;
-            Some((syscall, read(register)?))
+    let compat = match COMPAT_STATUS_OFFSET.load() {
+        0 => match read(CS)? & 0xffff {
+            USER_CS_64 => false,
+            USER_CS_32 => true,
+            _ => return None,
+        },
+        offset => {
+            // SAFETY: as above.
+            let status: u32 =
+                unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const u32) }.ok()?;
+            status & TS_COMPAT != 0
         }
-        USER_CS_32 => {
-            let (syscall, register) = path_argument_32(nr)?;
-            // A 32-bit process's argument is a 32-bit address.
-            Some((syscall, read(register)? & 0xffff_ffff))
-        }
-        _ => None,
+    };
+    if compat {
+        let (syscall, register) = path_argument_32(nr)?;
+        // A 32-bit call's argument is a 32-bit address.
+        Some((syscall, read(register)? & 0xffff_ffff))
+    } else {
+        let (syscall, register) = path_argument(nr & !X32_SYSCALL_BIT)?;
+        Some((syscall, read(register)?))
     }
 }

@@ -395,6 +395,7 @@ struct LoadSettings {
     child_pid_offset: u32,
     task_stack_offset: u32,
     pt_regs_offset: u32,
+    compat_status_offset: u32,
     verdict_from_errno: bool,
     v1_devices: V1DevicesChain,
     policy_programs: PolicyProgramsChain,
@@ -420,6 +421,7 @@ impl LoadSettings {
             child_pid_offset,
             task_stack_offset,
             pt_regs_offset,
+            compat_status_offset: compat_status(btf),
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
             policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
@@ -456,6 +458,24 @@ fn saved_registers(btf: Result<&KernelBtf, &str>, notes: &mut Vec<String>) -> (u
     })
 }
 
+/// Where a task's syscall status word lies in its task_struct
+/// (`thread_info.status`, thread_info being the struct's first member on
+/// x86_64): its TS_COMPAT bit, not the code segment, tells a 64-bit
+/// process's `int $0x80` call from a 64-bit one. 0 where BTF lacks either
+/// member (the code segment decides then).
+fn compat_status(btf: Result<&KernelBtf, &str>) -> u32 {
+    if !cfg!(target_arch = "x86_64") {
+        return 0;
+    }
+    btf.ok()
+        .and_then(|btf| {
+            let thread_info = btf.member_offset("task_struct", "thread_info").ok()?;
+            let status = btf.member_offset("thread_info", "status").ok()?;
+            Some(thread_info + status)
+        })
+        .unwrap_or(0)
+}
+
 /// Parses the object and creates its maps, with the settings baked in as
 /// read-only globals; programs are loaded one by one afterwards.
 fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result<Ebpf> {
@@ -488,6 +508,11 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(global::V1_DEVICES_CHAIN, &settings.v1_devices, true)
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
+        .override_global(
+            global::COMPAT_STATUS_OFFSET,
+            &settings.compat_status_offset,
+            true,
+        )
         .override_global(
             global::FOLD_WINDOW_NS,
             &(config.fold_window.as_nanos() as u64),

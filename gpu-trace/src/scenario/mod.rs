@@ -3,6 +3,7 @@
 //! process inside the cgroup that opens them. Used by `selftest` and by the
 //! kernel tests. Every piece removes itself on drop.
 
+mod compat_open;
 pub mod incident;
 pub mod interrupt;
 pub mod pasted;
@@ -315,6 +316,10 @@ pub enum ProbeOp {
     /// Take this command name (PR_SET_NAME), as a program renaming its
     /// threads does.
     Rename { name: String },
+    /// openat2 through the 32-bit entry from this 64-bit process
+    /// (compat_open.rs), as a tenant hiding its path from the saved
+    /// registers would.
+    OpenThroughInt80 { path: PathBuf, mode: OpenMode },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,6 +372,9 @@ impl ProbeOp {
                 format!("open-renamed:{count}:{}:{}", mode.text(), path.display())
             }
             ProbeOp::Rename { name } => format!("rename:{name}"),
+            ProbeOp::OpenThroughInt80 { path, mode } => {
+                format!("open-int80:{}:{}", mode.text(), path.display())
+            }
         }
     }
 
@@ -387,6 +395,13 @@ impl ProbeOp {
                 let (major, minor) = (number()?, number()?);
                 let path = parts.next().ok_or_else(bad)?.into();
                 ProbeOp::Mknod { path, major, minor }
+            }
+            "open-int80" => {
+                let (mode, path) = rest.split_once(':').ok_or_else(bad)?;
+                ProbeOp::OpenThroughInt80 {
+                    path: path.into(),
+                    mode: OpenMode::parse(mode).ok_or_else(bad)?,
+                }
             }
             "wait-for" => ProbeOp::WaitFor { path: rest.into() },
             "user" => ProbeOp::BecomeUser {
@@ -434,6 +449,9 @@ impl ProbeOp {
             .map(|fd| {
                 let _ = nix::unistd::close(fd);
             }),
+            ProbeOp::OpenThroughInt80 { path, mode } => {
+                compat_open::open_through_int80(path, *mode)
+            }
             ProbeOp::Mknod { path, major, minor } => {
                 let made = mknod(
                     path,
@@ -589,6 +607,10 @@ mod tests {
                 path: "/tmp/a:b".into(),
                 major: 511,
                 minor: 3,
+            },
+            ProbeOp::OpenThroughInt80 {
+                path: "/tmp/n:m/nvidia0".into(),
+                mode: OpenMode::Write,
             },
         ] {
             assert_eq!(ProbeOp::parse_arg(&op.to_arg()).expect("parses"), op);

@@ -709,3 +709,40 @@ fn a_denial_whose_path_another_thread_rewrites_is_never_lost() {
         "{records} path-changed records: {stderr:#?}"
     );
 }
+
+/// A 64-bit process may call through the 32-bit entry (`int $0x80`): the
+/// kernel takes the path from the 32-bit registers while the saved code
+/// segment still says 64-bit, and the 64-bit path register holds another
+/// value (here openat2's size). Every denial is reported or counted, once,
+/// with its own path: none hidden behind the register the call did not use.
+#[test]
+fn a_denial_through_a_64_bit_process_s_32_bit_entry_keeps_its_path_and_count() {
+    let incident = or_skip!(incident_test, "int80");
+    const OPENS: usize = 200;
+    let uvm = incident.nodes.path("nvidia-uvm");
+    let op = ProbeOp::OpenThroughInt80 {
+        path: uvm.clone(),
+        mode: OpenMode::ReadWrite,
+    };
+    let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
+    let child = gpu_trace::scenario::run_probe(
+        Path::new(gpu_trace()),
+        &[&incident.cgroup],
+        &vec![op; OPENS],
+    )
+    .expect("probe (a kernel without IA32 emulation kills it)");
+    assert!(
+        child.results.iter().all(|&r| r == libc::EPERM),
+        "{:?}",
+        child.results
+    );
+    let (status, stderr, records) = watcher.stop_with_events(child.pid);
+    assert!(status.success(), "{stderr:#?}");
+    assert!(stderr.iter().any(|l| l.contains("lost 0")), "{stderr:#?}");
+    assert_eq!(total_count(&records), OPENS as u64, "{records:#?}");
+    for record in &records {
+        assert_eq!(record["path"], uvm.to_str().expect("UTF-8"), "{record:#}");
+        assert_eq!(record["syscall"], "openat2", "{record:#}");
+        assert_eq!(record["major"], incident.uvm_major, "{record:#}");
+    }
+}

@@ -141,19 +141,13 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
     let Some(entry) = IN_FLIGHT.get_ptr_mut(pid_tgid as u32) else {
         return false;
     };
-    let head = EventHead {
-        boot_ns: 0,
-        cgroup_id: 0,
-        pid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-        uid: bpf_get_current_uid_gid() as u32,
-        device: check.device,
-        hook_verdict: check.verdict,
-        syscall_ret: check.verdict,
-        syscall: SYSCALL_NONE,
-        flags: FLAG_HAS_SYSCALL | FLAG_DEVICE_SEEN,
-        program: PROGRAM_OPEN_FUNCTION_EXIT,
-    };
+    let head = head_for_short_way(
+        check,
+        pid_tgid,
+        check.verdict,
+        FLAG_HAS_SYSCALL | FLAG_DEVICE_SEEN,
+        PROGRAM_OPEN_FUNCTION_EXIT,
+    );
     if !fold::counted_as_thread_repeat(&head, generation) {
         return false;
     }
@@ -211,6 +205,32 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
     false
 }
 
+/// `check`'s head as a repeat's short way compares it: the time and the
+/// cgroup not read (0; the clock source is the dearest helper a repeat
+/// would call), the thread and its uid read.
+#[inline(always)]
+fn head_for_short_way(
+    check: &DeviceCheck,
+    pid_tgid: u64,
+    syscall_ret: i32,
+    flags: u16,
+    program: u32,
+) -> EventHead {
+    EventHead {
+        boot_ns: 0,
+        cgroup_id: 0,
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        uid: bpf_get_current_uid_gid() as u32,
+        device: check.device,
+        hook_verdict: check.verdict,
+        syscall_ret,
+        syscall: SYSCALL_NONE,
+        flags,
+        program,
+    }
+}
+
 #[inline(always)]
 fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     // Outside a traced open (mknod, io_uring, or every access when no open
@@ -221,21 +241,9 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     let pid_tgid = bpf_get_current_pid_tgid();
     // Before the cgroup and the command name are read (see fold.rs).
     let generation = fold::identity_generation();
-    let mut head = EventHead {
-        // Both read below, unless this is a repeat the thread's key counts
-        // (the clock source is the dearest helper a repeat would call).
-        boot_ns: 0,
-        cgroup_id: 0,
-        pid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-        uid: bpf_get_current_uid_gid() as u32,
-        device: check.device,
-        hook_verdict: check.verdict,
-        syscall_ret: 0,
-        syscall: SYSCALL_NONE,
-        flags: FLAG_DEVICE_SEEN,
-        program: check.program,
-    };
+    // The time and cgroup are read below, unless this is a repeat the
+    // thread's key counts.
+    let mut head = head_for_short_way(check, pid_tgid, 0, FLAG_DEVICE_SEEN, check.program);
     if bench_cut::after(cut::IDENTITY) {
         return;
     }

@@ -40,8 +40,8 @@ use core::{
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use gpu_trace_common::{
     bench_cut as cut, CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey,
-    RepeatCount, RepeatKey, ThreadLastFolded, COMM_LEN, HELD_BACK_KEYS_PER_CGROUP,
-    KERNEL_BUDGET_PER_CGROUP, OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
+    RepeatCount, RepeatKey, COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP,
+    OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
 };
 
 use crate::maps::{
@@ -70,15 +70,14 @@ pub fn folding() -> bool {
     FOLD_WINDOW_NS.load() != 0
 }
 
-/// This CPU's slot, if it remembers a key of thread `pid_tgid`: the first
-/// thing the short way compares, looked at before anything else is read
-/// for it (then handed to `counted_in_slot`: one lookup, not two).
+/// Whether this CPU remembers a key of thread `pid_tgid`: the first thing
+/// the short way compares, looked at before anything else is read for it.
 #[inline(always)]
-pub fn slot_of_thread(pid_tgid: u64) -> Option<*mut ThreadLastFolded> {
+pub fn remembers_thread(pid_tgid: u64) -> bool {
     THREAD_LAST_FOLDED
-        .get_ptr_mut(0)
+        .get_ptr(0)
         // SAFETY: this CPU's slot, one word read in place.
-        .filter(|&slot| unsafe { read_volatile(&raw const (*slot).pid_tgid) } == pid_tgid)
+        .is_some_and(|slot| unsafe { read_volatile(&raw const (*slot).pid_tgid) } == pid_tgid)
 }
 
 /// The identity generation, to be read before the cgroup and command name
@@ -99,19 +98,13 @@ pub fn identity_generation() -> u64 {
 /// flags are the key's.
 #[inline(always)]
 pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
-    match THREAD_LAST_FOLDED.get_ptr_mut(0) {
-        Some(slot) => counted_in_slot(slot, head, generation),
-        None => false,
-    }
-}
-
-/// `counted_as_thread_repeat` with this CPU's slot already looked up.
-#[inline(always)]
-pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation: u64) -> bool {
     let window = FOLD_WINDOW_NS.load();
     if generation == 0 || window == 0 {
         return false;
     }
+    let Some(slot) = THREAD_LAST_FOLDED.get_ptr_mut(0) else {
+        return false;
+    };
     let pid_tgid = pid_tgid_of(head);
     // SAFETY: this CPU's slot, read in place (volatile: in the order
     // written) between two reads of its sequence (see ThreadLastFolded).

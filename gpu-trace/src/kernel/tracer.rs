@@ -421,7 +421,7 @@ impl LoadSettings {
             child_pid_offset,
             task_stack_offset,
             pt_regs_offset,
-            compat_status_offset: compat_status(btf),
+            compat_status_offset: compat_status(btf, notes),
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
             policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
@@ -462,18 +462,24 @@ fn saved_registers(btf: Result<&KernelBtf, &str>, notes: &mut Vec<String>) -> (u
 /// (`thread_info.status`, thread_info being the struct's first member on
 /// x86_64): its TS_COMPAT bit, not the code segment, tells a 64-bit
 /// process's `int $0x80` call from a 64-bit one. 0 where BTF lacks either
-/// member (the code segment decides then).
-fn compat_status(btf: Result<&KernelBtf, &str>) -> u32 {
+/// member (the code segment decides then, and `notes` says what that costs).
+fn compat_status(btf: Result<&KernelBtf, &str>, notes: &mut Vec<String>) -> u32 {
     if !cfg!(target_arch = "x86_64") {
         return 0;
     }
-    btf.ok()
-        .and_then(|btf| {
-            let thread_info = btf.member_offset("task_struct", "thread_info").ok()?;
-            let status = btf.member_offset("thread_info", "status").ok()?;
-            Some(thread_info + status)
-        })
-        .unwrap_or(0)
+    // Without BTF at all, saved_registers has said so already.
+    let Ok(btf) = btf else {
+        return 0;
+    };
+    let found = btf
+        .member_offset("task_struct", "thread_info")
+        .and_then(|thread_info| Ok(thread_info + btf.member_offset("thread_info", "status")?));
+    found.unwrap_or_else(|e| {
+        notes.push(format!(
+            "{e:#}: a 64-bit process's 32-bit calls (int 0x80) are taken for 64-bit ones, and their path is read from the wrong register"
+        ));
+        0
+    })
 }
 
 /// Parses the object and creates its maps, with the settings baked in as

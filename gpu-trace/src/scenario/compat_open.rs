@@ -4,26 +4,73 @@
 //! registers hold something else. A tenant can open a device this way to
 //! make a tracer that trusts the code segment read the wrong path.
 
-use std::{os::unix::ffi::OsStrExt, path::Path};
+use std::path::Path;
 
 use nix::errno::Errno;
 
 use super::OpenMode;
 
 /// The number of openat2 in both the 64-bit and the 32-bit tables.
+#[cfg(target_arch = "x86_64")]
 const OPENAT2: i64 = 437;
+/// getpid's number in the 32-bit table.
+#[cfg(target_arch = "x86_64")]
+const GETPID_32: i64 = 20;
 /// Where open_how lies in the low page, after room for the path.
+#[cfg(target_arch = "x86_64")]
 const HOW_AT: usize = 2048;
+
+/// Whether this kernel takes 32-bit calls from 64-bit code (IA32
+/// emulation built in and not turned off): a child makes one getpid that
+/// way, which kills it where the kernel does not.
+#[cfg(target_arch = "x86_64")]
+pub fn int80_works() -> bool {
+    use nix::{
+        sys::wait::{waitpid, WaitStatus},
+        unistd::{fork, ForkResult},
+    };
+    // SAFETY: the child makes one syscall and exits at once, touching
+    // nothing another thread of ours may hold.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let ret: i64;
+            // SAFETY: getpid reads no memory; r8-r11 are declared clobbered
+            // as the 32-bit entry's contract for 64-bit callers allows.
+            unsafe {
+                std::arch::asm!(
+                    "int 0x80",
+                    inlateout("rax") GETPID_32 => ret,
+                    lateout("r8") _,
+                    lateout("r9") _,
+                    lateout("r10") _,
+                    lateout("r11") _,
+                    options(nostack),
+                );
+                libc::_exit(if ret > 0 { 0 } else { 1 })
+            }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            matches!(waitpid(child, None), Ok(WaitStatus::Exited(_, 0)))
+        }
+        Err(_) => false,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn int80_works() -> bool {
+    false
+}
 
 /// Opens `path` with `mode` through `int $0x80` and closes it again.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn open_through_int80(path: &Path, mode: OpenMode) -> nix::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     if bytes.len() >= HOW_AT {
         return Err(Errno::ENAMETOOLONG);
     }
     // The 32-bit entry takes 32-bit pointers: the path and open_how go in
-    // a page below 4 GiB.
+    // a page below 2 GiB (MAP_32BIT).
     // SAFETY: a fresh anonymous mapping, unmapped below before returning.
     let page = unsafe {
         libc::mmap(
@@ -54,8 +101,9 @@ pub(super) fn open_through_int80(path: &Path, mode: OpenMode) -> nix::Result<()>
     let dfd = u64::from(libc::AT_FDCWD as u32);
     let ret: i64;
     // SAFETY: the syscall reads the path and open_how from our page; rbx
-    // (which LLVM keeps for itself) is swapped in and out around it, and
-    // the 32-bit entry leaves r8-r11 undefined for a 64-bit caller.
+    // (which LLVM keeps for itself) is swapped in and out around it; r8-r11
+    // are declared clobbered, as the 32-bit entry's contract allows (kernels
+    // since 4.15 keep them).
     unsafe {
         std::arch::asm!(
             "xchg rbx, {dfd}",
@@ -70,6 +118,7 @@ pub(super) fn open_through_int80(path: &Path, mode: OpenMode) -> nix::Result<()>
             lateout("r9") _,
             lateout("r10") _,
             lateout("r11") _,
+            options(nostack),
         );
         libc::munmap(page, 4096);
     }

@@ -3,7 +3,7 @@
 //! process inside the cgroup that opens them. Used by `selftest` and by the
 //! kernel tests. Every piece removes itself on drop.
 
-mod compat_open;
+pub mod compat_open;
 pub mod incident;
 pub mod interrupt;
 pub mod pasted;

@@ -77,6 +77,33 @@ fn path_argument_32(nr: u64) -> Option<(u16, u64)> {
     }
 }
 
+/// `struct pt_regs` from ax to cs, read in one go: each kernel read is a
+/// helper call, and a device check inside an open needs most of them.
+#[repr(C)]
+struct CallRegisters {
+    ax: u64,
+    cx: u64,
+    _dx: u64,
+    si: u64,
+    di: u64,
+    orig_ax: u64,
+    _ip: u64,
+    cs: u64,
+}
+
+impl CallRegisters {
+    /// The register at `offset` in `struct pt_regs`, if this block holds it.
+    #[inline(always)]
+    fn at(&self, offset: u64) -> Option<u64> {
+        match offset {
+            CX => Some(self.cx),
+            SI => Some(self.si),
+            DI => Some(self.di),
+            _ => None,
+        }
+    }
+}
+
 /// The current syscall (`SYSCALL_*`) and the user address of its path
 /// argument; None when the thread is in none of the syscalls above, is an
 /// io_uring worker, is past its syscall's end, or the registers cannot be found.
@@ -91,19 +118,20 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     // SAFETY (all reads below): kernel memory read with the fault-tolerant helper.
     let stack: u64 = unsafe { bpf_probe_read_kernel((task + stack_offset) as *const u64) }.ok()?;
     let regs = stack + u64::from(PT_REGS_OFFSET.load());
-    let read = |field: u64| unsafe { bpf_probe_read_kernel((regs + field) as *const u64) }.ok();
+    let call: CallRegisters =
+        unsafe { bpf_probe_read_kernel((regs + AX) as *const CallRegisters) }.ok()?;
     // Registers that hold a syscall only while it runs: once it returned,
     // the thread may still check a device on its way out (io_uring's task
     // work issuing an open inline, as 6.1 does), and io_uring's workers
     // (io-wq, SQPOLL) start with a copy of their creator's registers, ax
     // cleared. Either way the registers name a call that is not this
     // check's, and whose exit has come and gone.
-    if read(AX)? != ENOSYS {
+    if call.ax != ENOSYS {
         return None;
     }
-    let nr = read(ORIG_AX)?;
+    let nr = call.orig_ax;
     let compat = match COMPAT_STATUS_OFFSET.load() {
-        0 => match read(CS)? & 0xffff {
+        0 => match call.cs & 0xffff {
             USER_CS_64 => false,
             USER_CS_32 => true,
             _ => return None,
@@ -117,10 +145,15 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
     };
     if compat {
         let (syscall, register) = path_argument_32(nr)?;
+        let path = match call.at(register) {
+            Some(value) => value,
+            // SAFETY: as above (bx lies below the block).
+            None => unsafe { bpf_probe_read_kernel((regs + register) as *const u64) }.ok()?,
+        };
         // A 32-bit call's argument is a 32-bit address.
-        Some((syscall, read(register)? & 0xffff_ffff))
+        Some((syscall, path & 0xffff_ffff))
     } else {
         let (syscall, register) = path_argument(nr & !X32_SYSCALL_BIT)?;
-        Some((syscall, read(register)?))
+        Some((syscall, call.at(register)?))
     }
 }

@@ -135,9 +135,9 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     // Another thread's key on this CPU: the long way, before any lookup.
-    if !fold::remembers_thread(pid_tgid) {
+    let Some(slot) = fold::slot_of_thread(pid_tgid) else {
         return false;
-    }
+    };
     let Some(entry) = IN_FLIGHT.get_ptr_mut(pid_tgid as u32) else {
         return false;
     };
@@ -148,7 +148,7 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
         FLAG_HAS_SYSCALL | FLAG_DEVICE_SEEN,
         PROGRAM_OPEN_FUNCTION_EXIT,
     );
-    if !fold::counted_as_thread_repeat(&head, generation) {
+    if !fold::counted_in_slot(slot, &head, generation) {
         return false;
     }
     // SAFETY: this thread's own entry; only this thread, running here,

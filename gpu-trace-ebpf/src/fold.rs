@@ -40,8 +40,8 @@ use core::{
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use gpu_trace_common::{
     bench_cut as cut, CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey,
-    RepeatCount, RepeatKey, COMM_LEN, HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP,
-    OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
+    RepeatCount, RepeatKey, ThreadLastFolded, COMM_LEN, HELD_BACK_KEYS_PER_CGROUP,
+    KERNEL_BUDGET_PER_CGROUP, OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
 };
 
 use crate::maps::{
@@ -70,14 +70,16 @@ pub fn folding() -> bool {
     FOLD_WINDOW_NS.load() != 0
 }
 
-/// Whether this CPU remembers a key of thread `pid_tgid`: the first thing
-/// the short way compares, looked at before anything else is read for it.
+/// This CPU's slot (THREAD_LAST_FOLDED) if it remembers a key of thread
+/// `pid_tgid`: the first thing the short way compares, looked at before
+/// anything else is read for it, and handed to counted_in_slot (before
+/// 6.10 each look at a per-CPU value is a helper call).
 #[inline(always)]
-pub fn remembers_thread(pid_tgid: u64) -> bool {
+pub fn slot_of_thread(pid_tgid: u64) -> Option<*mut ThreadLastFolded> {
     THREAD_LAST_FOLDED
-        .get_ptr(0)
+        .get_ptr_mut(0)
         // SAFETY: this CPU's slot, one word read in place.
-        .is_some_and(|slot| unsafe { read_volatile(&raw const (*slot).pid_tgid) } == pid_tgid)
+        .filter(|&slot| unsafe { read_volatile(&raw const (*slot).pid_tgid) } == pid_tgid)
 }
 
 /// The identity generation, to be read before the cgroup and command name
@@ -98,13 +100,18 @@ pub fn identity_generation() -> u64 {
 /// flags are the key's.
 #[inline(always)]
 pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
+    THREAD_LAST_FOLDED
+        .get_ptr_mut(0)
+        .is_some_and(|slot| counted_in_slot(slot, head, generation))
+}
+
+/// counted_as_thread_repeat with this CPU's slot already in hand.
+#[inline(always)]
+pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation: u64) -> bool {
     let window = FOLD_WINDOW_NS.load();
     if generation == 0 || window == 0 {
         return false;
     }
-    let Some(slot) = THREAD_LAST_FOLDED.get_ptr_mut(0) else {
-        return false;
-    };
     let pid_tgid = pid_tgid_of(head);
     // SAFETY: this CPU's slot, read in place (volatile: in the order
     // written) between two reads of its sequence (see ThreadLastFolded).

@@ -91,6 +91,16 @@ struct CallRegisters {
     cs: u64,
 }
 
+// The block's fields lie where `struct pt_regs` has them.
+const _: () = {
+    use core::mem::offset_of;
+    assert!(AX + offset_of!(CallRegisters, cx) as u64 == CX);
+    assert!(AX + offset_of!(CallRegisters, si) as u64 == SI);
+    assert!(AX + offset_of!(CallRegisters, di) as u64 == DI);
+    assert!(AX + offset_of!(CallRegisters, orig_ax) as u64 == ORIG_AX);
+    assert!(AX + offset_of!(CallRegisters, cs) as u64 == CS);
+};
+
 impl CallRegisters {
     /// The register at `offset` in `struct pt_regs`, if this block holds it.
     #[inline(always)]

@@ -100,6 +100,11 @@ pub fn identity_generation() -> u64 {
 /// flags are the key's.
 #[inline(always)]
 pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
+    // Checked again there; here before the lookup (a helper call before
+    // 6.10) that every first sighting would pay with --fold 0.
+    if generation == 0 || !folding() {
+        return false;
+    }
     THREAD_LAST_FOLDED
         .get_ptr_mut(0)
         .is_some_and(|slot| counted_in_slot(slot, head, generation))

@@ -17,6 +17,7 @@ mod cargo_tools;
 mod guest;
 mod image;
 mod lab;
+mod phases;
 mod promtool;
 mod vm_bench;
 mod vm_test;
@@ -151,7 +152,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup(),
         Task::Run { args } => setup().and_then(|()| run(&args)),
-        Task::Test { no_lint, no_vm } => setup().and_then(|()| test(!no_lint, !no_vm)),
+        Task::Test { no_lint, no_vm } => test(!no_lint, !no_vm),
         Task::Fuzz { seconds } => fuzz(seconds),
         Task::VmTest {
             kernels,
@@ -257,17 +258,21 @@ fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
+    let mut phases = phases::Phases::new();
+    phases.run("setup", setup)?;
     if lint {
-        // Default members only: the eBPF crate builds for the BPF target alone.
-        run_checked(Command::new(cargo()).args(["fmt", "--all", "--", "--check"]))?;
-        run_checked(Command::new(cargo()).args([
-            "clippy",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
-        dependency_policy()?;
+        phases.run("lint", || {
+            // Default members only: the eBPF crate builds for the BPF target alone.
+            run_checked(Command::new(cargo()).args(["fmt", "--all", "--", "--check"]))?;
+            run_checked(Command::new(cargo()).args([
+                "clippy",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            dependency_policy()
+        })?;
     }
     // promtool checks the alert rules, the dashboard's queries and a live /metrics.
     let promtool = match promtool::promtool() {
@@ -279,50 +284,62 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
         Err(e) => return Err(e),
     };
     // Unit tests: no privileges needed.
-    run_checked(
-        Command::new(cargo())
-            .args(["test", "--lib", "--bins", "--test", "deployment"])
-            .env(promtool::ENV, &promtool)
-            .env(
-                "GPU_TRACE_REQUIRE_KERNEL_TESTS",
-                if env::var_os("CI").is_some() { "1" } else { "" },
-            ),
-    )?;
-    fuzz(CI_FUZZ_SECONDS)?;
+    phases.run("unit tests", || {
+        run_checked(
+            Command::new(cargo())
+                .args(["test", "--lib", "--bins", "--test", "deployment"])
+                .env(promtool::ENV, &promtool)
+                .env(
+                    "GPU_TRACE_REQUIRE_KERNEL_TESTS",
+                    if env::var_os("CI").is_some() { "1" } else { "" },
+                ),
+        )
+    })?;
+    phases.run("fuzz", || fuzz(CI_FUZZ_SECONDS))?;
     // The packages: the .deb built, installed, used from PATH, removed; the
     // RPM read back and its binary run; the image loaded and run in dockerd.
     if is_root() {
-        dist(true)?;
-        image::image(true)?;
+        phases.run("packages", || dist(true))?;
+        phases.run("image", || image::image(true))?;
     }
     // Kernel tests: real cgroups, policies, device nodes, LXC and runc containers; one at a time.
     // Prometheus and Alertmanager carry an incident to an alert.
-    let (prometheus, alertmanager) = if is_root() {
-        apt_install(&TEST_PACKAGES)?;
-        (promtool::prometheus()?, promtool::alertmanager()?)
-    } else {
-        eprintln!("xtask: not root: the kernel tests will say they skip (run as root to run them)");
-        (PathBuf::new(), PathBuf::new())
-    };
-    run_checked(
-        Command::new(cargo())
-            .args(NATIVE_KERNEL_TESTS.split(' '))
-            .args(["--", "--test-threads=1"])
-            .env(promtool::ENV, &promtool)
-            .env(promtool::PROMETHEUS_ENV, &prometheus)
-            .env(promtool::ALERTMANAGER_ENV, &alertmanager)
-            // In CI, a kernel test that skips is a failure.
-            .env(
-                "GPU_TRACE_REQUIRE_KERNEL_TESTS",
-                if env::var_os("CI").is_some() { "1" } else { "" },
-            ),
-    )?;
+    phases.run("native kernel tests", || {
+        let (prometheus, alertmanager) = if is_root() {
+            apt_install(&TEST_PACKAGES)?;
+            (promtool::prometheus()?, promtool::alertmanager()?)
+        } else {
+            eprintln!(
+                "xtask: not root: the kernel tests will say they skip (run as root to run them)"
+            );
+            (PathBuf::new(), PathBuf::new())
+        };
+        run_checked(
+            Command::new(cargo())
+                .args(NATIVE_KERNEL_TESTS.split(' '))
+                .args(["--", "--test-threads=1"])
+                .env(promtool::ENV, &promtool)
+                .env(promtool::PROMETHEUS_ENV, &prometheus)
+                .env(promtool::ALERTMANAGER_ENV, &alertmanager)
+                // In CI, a kernel test that skips is a failure.
+                .env(
+                    "GPU_TRACE_REQUIRE_KERNEL_TESTS",
+                    if env::var_os("CI").is_some() { "1" } else { "" },
+                ),
+        )
+    })?;
     // The same tests inside Debian's kernels, where fexit loads and the
     // layout is pure cgroup2 (the hosts users run).
     // And the field lab: policies written by systemd, dockerd and podman.
     match (vm, is_root()) {
-        (true, true) => vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT)
-            .and_then(|()| lab::lab(&[], lab::DEFAULT_TIMEOUT, lab::LabRun::default())),
+        (true, true) => {
+            phases.run("vm matrix", || {
+                vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT)
+            })?;
+            phases.run("field lab", || {
+                lab::lab(&[], lab::DEFAULT_TIMEOUT, lab::LabRun::default())
+            })
+        }
         (true, false) => {
             eprintln!("xtask: not root: the kernel matrix in qemu (vm-test) is skipped");
             Ok(())

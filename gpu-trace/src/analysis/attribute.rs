@@ -199,8 +199,12 @@ impl<S: PolicySource> Attributor<S> {
             // A cgroup removed since (a launch's, within the millisecond its
             // process exited): the programs the kernel saw in force.
             let refreshed = self.refresh(id, cgroup).or_else(|e| {
+                // Both reasons: the cgroup's, and why the sighting's record
+                // could not stand in (a program freed with its cgroup, say).
                 self.refresh_from_sighting(id, cgroup, sighted)
-                    .map_err(|_| e)
+                    .map_err(|at_sighting| {
+                        anyhow::anyhow!("{e:#}; nor from the sighting's programs: {at_sighting:#}")
+                    })
             });
             if let Err(e) = refreshed {
                 return Ok(DeniedBy::Unknown {
@@ -421,6 +425,8 @@ mod tests {
         programs: Vec<PolicyProgram>,
         v1: Option<Vec<&'static str>>,
         policy_reads: Cell<u32>,
+        /// The cgroup was removed, and its programs with it.
+        removed: bool,
     }
 
     impl Recorded {
@@ -430,12 +436,14 @@ mod tests {
                 programs: vec![lxc_program(denylist_program(&[(major, 6)]))],
                 v1: None,
                 policy_reads: Cell::new(0),
+                removed: false,
             }
         }
     }
 
     impl PolicySource for Recorded {
         fn program_ids(&mut self, _: &Path) -> anyhow::Result<Vec<u32>> {
+            anyhow::ensure!(!self.removed, "No such file or directory (os error 2)");
             Ok(self.programs.iter().map(|p| p.id).collect())
         }
         fn own_program_ids(&mut self, cgroup: &Path) -> anyhow::Result<Vec<u32>> {
@@ -452,11 +460,18 @@ mod tests {
                 programs: self.programs.clone(),
             })
         }
-        fn policy_at_sighting(&mut self, _: &Path, _: &[u32]) -> anyhow::Result<CgroupPolicy> {
-            anyhow::bail!("recorded programs are never removed")
+        fn policy_at_sighting(
+            &mut self,
+            _: &Path,
+            sighted: &[u32],
+        ) -> anyhow::Result<CgroupPolicy> {
+            anyhow::bail!(
+                "program {}, in force at the sighting, was unloaded with the cgroup",
+                sighted[0]
+            )
         }
         fn cgroup_exists(&mut self, _: &Path) -> bool {
-            true
+            !self.removed
         }
         fn devices_list(&mut self, _: u32, _: u64, captured: Option<u64>) -> V1List {
             let Some(lines) = self.v1.as_ref() else {
@@ -563,6 +578,30 @@ mod tests {
             ));
         }
         assert_eq!(attributor.source.policy_reads.get(), 1);
+    }
+
+    #[test]
+    fn a_removed_cgroup_whose_program_is_gone_too_says_both_reasons() {
+        let mut source = Recorded::denying(509);
+        source.removed = true;
+        let mut attributor = Attributor::with_source(source);
+        let mut r = record(
+            "/lxc/200",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.access.sighted_programs[0] = 920;
+        attributor.attribute(&mut r);
+        assert!(matches!(
+            &**r.denied_by.expect("a note"),
+            DeniedBy::Unknown { note } if note.ends_with(
+                "No such file or directory (os error 2); nor from the sighting's programs: \
+                 program 920, in force at the sighting, was unloaded with the cgroup"
+            )
+        ));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::{
     analysis::policy_source::{LiveHost, PolicySource, V1List},
     kernel::programs_in_force::CgroupPolicy,
     model::{
-        access::Verdict,
+        access::{DeviceAccess, Verdict},
         denied_by::{AllowingProgram, DeniedBy},
         record::Record,
         rendered::Rendered,
@@ -77,6 +77,20 @@ impl<S: PolicySource> Attributor<S> {
         self.policies.shrink_to_fit();
         self.v1_answers.shrink_to_fit();
         self.parents.shrink_to_fit();
+    }
+
+    /// The first thing done with a denial read from the kernel: the
+    /// programs in force at its sighting are read while they live (a
+    /// launch's cgroup removed as its process exits frees them within
+    /// milliseconds), so a culprit can still be named once the cgroup is
+    /// gone. Cached by id: a repeat costs a lookup per program.
+    pub fn read_sighted_programs(&mut self, access: &DeviceAccess) {
+        if matches!(
+            access.verdict,
+            Verdict::DeniedByBpfPolicy | Verdict::DeniedLayerUnknown
+        ) {
+            self.source.read_sighted_now(&access.sighted_programs);
+        }
     }
 
     /// For denials: names the policy that refused it in `record.denied_by`.
@@ -425,8 +439,10 @@ mod tests {
         programs: Vec<PolicyProgram>,
         v1: Option<Vec<&'static str>>,
         policy_reads: Cell<u32>,
-        /// The cgroup was removed, and its programs with it.
+        /// The cgroup was removed, and its programs with it: only those
+        /// read before (`read_early`) can still be evaluated.
         removed: bool,
+        read_early: Vec<u32>,
     }
 
     impl Recorded {
@@ -437,6 +453,7 @@ mod tests {
                 v1: None,
                 policy_reads: Cell::new(0),
                 removed: false,
+                read_early: Vec::new(),
             }
         }
     }
@@ -462,13 +479,29 @@ mod tests {
         }
         fn policy_at_sighting(
             &mut self,
-            _: &Path,
+            cgroup: &Path,
             sighted: &[u32],
         ) -> anyhow::Result<CgroupPolicy> {
-            anyhow::bail!(
-                "program {}, in force at the sighting, was unloaded with the cgroup",
-                sighted[0]
-            )
+            let programs = sighted.iter().filter(|&&id| id != 0).map(|id| {
+                let read = self.programs.iter().find(|p| p.id == *id);
+                match read.filter(|_| self.read_early.contains(id)) {
+                    Some(program) => Ok(PolicyProgram {
+                        attached_at: format!("{} (removed)", cgroup.display()),
+                        ..program.clone()
+                    }),
+                    None => Err(anyhow::anyhow!(
+                        "program {id}, in force at the sighting, was unloaded with the cgroup"
+                    )),
+                }
+            });
+            Ok(CgroupPolicy {
+                cgroup: cgroup.display().to_string(),
+                programs: programs.collect::<anyhow::Result<_>>()?,
+            })
+        }
+        fn read_sighted_now(&mut self, sighted: &[u32]) {
+            self.read_early
+                .extend(sighted.iter().filter(|&&id| id != 0));
         }
         fn cgroup_exists(&mut self, _: &Path) -> bool {
             !self.removed
@@ -602,6 +635,37 @@ mod tests {
                  program 920, in force at the sighting, was unloaded with the cgroup"
             )
         ));
+    }
+
+    #[test]
+    fn a_program_read_at_once_names_the_culprit_after_its_cgroup_and_it_are_gone() {
+        let mut source = Recorded::denying(509);
+        source.removed = true;
+        let mut attributor = Attributor::with_source(source);
+        let mut r = record(
+            "/lxc/200",
+            "/dev/nvidia-uvm",
+            509,
+            0,
+            Verdict::DeniedByBpfPolicy,
+            -libc::EPERM,
+        );
+        r.access.sighted_programs[0] = 920;
+        attributor.read_sighted_programs(&r.access);
+        attributor.attribute(&mut r);
+        assert!(matches!(
+            &**r.denied_by.expect("a culprit"),
+            DeniedBy::Program { id: 920, attached_at, .. } if attached_at == "/lxc/200 (removed)"
+        ));
+    }
+
+    #[test]
+    fn an_allowed_access_reads_no_programs_ahead() {
+        let mut attributor = Attributor::with_source(Recorded::denying(509));
+        let mut r = record("/lxc/200", "/dev/nvidia0", 195, 0, Verdict::Allowed, 0);
+        r.access.sighted_programs[0] = 920;
+        attributor.read_sighted_programs(&r.access);
+        assert!(attributor.source.read_early.is_empty());
     }
 
     #[test]

@@ -57,6 +57,7 @@ impl Pipeline {
     }
 
     pub fn process(&mut self, access: DeviceAccess) -> Record {
+        self.attributor.read_sighted_programs(&access);
         let mut record = self.enricher.enrich(access);
         self.attributor.attribute(&mut record);
         // A whole GPU only: a MIG device's UUID does not say its GPU's.

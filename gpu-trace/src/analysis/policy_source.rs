@@ -43,6 +43,10 @@ pub trait PolicySource {
         cgroup: &std::path::Path,
         sighted: &[u32],
     ) -> anyhow::Result<CgroupPolicy>;
+    /// Reads the programs `sighted` at once, before anything slower: if
+    /// their cgroup is being removed, they are freed moments later, and
+    /// `policy_at_sighting` needs what was read of them.
+    fn read_sighted_now(&mut self, _sighted: &[u32]) {}
     /// The v1 devices.list of the cgroup the kernel recorded at the
     /// sighting (`captured`, its kernfs id), else of process `pid`'s while
     /// that pid still names the process sighted at `sighted_boot_ns`.
@@ -142,6 +146,10 @@ impl PolicySource for LiveHost {
         sighted: &[u32],
     ) -> anyhow::Result<CgroupPolicy> {
         CgroupPolicy::of_sighted_programs(&self.mount, cgroup, sighted, &mut self.programs)
+    }
+
+    fn read_sighted_now(&mut self, sighted: &[u32]) {
+        self.programs.read_ahead(sighted);
     }
 
     fn devices_list(&mut self, pid: u32, sighted_boot_ns: u64, captured: Option<u64>) -> V1List {

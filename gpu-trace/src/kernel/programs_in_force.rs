@@ -119,6 +119,13 @@ impl ProgramCache {
         program
     }
 
+    /// Reads the programs `ids` now, while they live; 0s are skipped.
+    pub fn read_ahead(&mut self, ids: &[u32]) {
+        for &id in ids.iter().filter(|&&id| id != 0) {
+            self.get(id);
+        }
+    }
+
     /// Whether `get` found no program `id`: unloaded, not ours.
     fn unloaded(&self, id: u32) -> bool {
         !self.0.contains_key(&id)

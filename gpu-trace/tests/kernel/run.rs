@@ -649,6 +649,7 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
     let removed_at = format!("{} (removed)", launch_relative.display());
     let mut after_removal = 0;
     let mut slowest_removal_us = 0;
+    let mut freed_first = 0;
     for attempt in 0..20 {
         let output = gpu_trace_run(
             &["--format", "json"],
@@ -679,6 +680,22 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
             "{event:#}"
         );
         let culprit = &event["denied_by"];
+        // The kernel frees a removed cgroup's programs once a grace period
+        // has passed; gpu-trace reads them first thing on reading the event,
+        // yet a busy guest can delay that past the release. Then it must say
+        // exactly that.
+        let note = culprit["note"].as_str().unwrap_or_default();
+        if culprit["kind"] == "unknown" && note.ends_with("was unloaded with the cgroup") {
+            freed_first += 1;
+            assert!(
+                note.starts_with(&format!(
+                    "cannot read the device policy of {}: ",
+                    launch_relative.display()
+                )),
+                "{event:#}"
+            );
+            continue;
+        }
         assert_eq!(culprit["kind"], "program", "attempt {attempt}: {event:#}");
         assert_eq!(culprit["name"], "launch_deny", "{event:#}");
         // Read from the cgroup where gpu-trace got there first (a slow
@@ -695,6 +712,12 @@ fn run_keeps_the_culprit_of_a_launch_whose_cgroup_is_removed_at_once() {
         }
         assert_eq!(event["cause"], "device-denied", "{event:#}");
     }
+    // Seen once in about 140 attempts in a guest under emulation, never
+    // natively: a few would mean the read comes late, not a busy moment.
+    assert!(
+        freed_first <= 3,
+        "{freed_first} of 20 launches lost their program before gpu-trace read it"
+    );
     // Here the launch removes its cgroup before gpu-trace reads the event,
     // nearly always: the sighting's record was what found the culprit.
     assert!(

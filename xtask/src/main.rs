@@ -341,7 +341,11 @@ fn test(lint: bool, vm: bool) -> anyhow::Result<()> {
                 vm_test::vm_test(&[], vm_test::DEFAULT_TIMEOUT)
             })?;
             phases.run("field lab", || {
-                lab::lab(&lab::TEST_SERIES, lab::DEFAULT_TIMEOUT, lab::LabRun::default())
+                lab::lab(
+                    &lab::TEST_SERIES,
+                    lab::DEFAULT_TIMEOUT,
+                    lab::LabRun::default(),
+                )
             })
         }
         (true, false) => {

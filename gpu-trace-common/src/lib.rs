@@ -95,6 +95,9 @@ pub mod map {
     pub const LOST_BY_CGROUP: &str = "LOST_BY_CGROUP";
     /// `DropRecordBudget` by kind of drop record (`DROP_RECORD_KINDS`).
     pub const DROP_RECORD_BUDGET: &str = "DROP_RECORD_BUDGET";
+    /// Per CPU: the key its latest folded thread counted under, and how
+    /// many repeats were counted that way (ThreadLastFolded).
+    pub const THREAD_LAST_FOLDED: &str = "THREAD_LAST_FOLDED";
 }
 
 /// Where the cgroup:cgroup_mkdir record keeps its fields (the same on every
@@ -641,6 +644,10 @@ pub struct ThreadLastFolded {
     /// that finds the same tick is less than a tick later, still in the
     /// key's window (u64::MAX when the window ends too soon for that).
     pub tick: u64,
+    /// Repeats this CPU counted under the slot's key, never reset: how
+    /// often the short way served. Added to without an atomic (one CPU's
+    /// line): a program preempted mid-add may lose one.
+    pub by_thread: u64,
 }
 
 /// One cgroup in one fold window (`RepeatKey::window`).
@@ -712,6 +719,8 @@ mod user {
     unsafe impl aya::Pod for super::HeldBackKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::HeldBackCount {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ThreadLastFolded {}
     // SAFETY: repr(C), three u64, no padding.
     unsafe impl aya::Pod for super::DropRecordBudget {}
     // SAFETY: repr(C), five u32, no padding.

@@ -162,6 +162,8 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
             return false;
         }
         add_repeat(count, boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+        let by_thread = &raw mut (*slot).by_thread;
+        write_volatile(by_thread, read_volatile(by_thread) + 1);
         // With fexit alone the device check counts the next repeat by the
         // tick (device_check::counted_at_check): once the tick moved on,
         // a repeat counted here, at the open's exit, keeps that going.

@@ -13,7 +13,7 @@ use aya::{
 };
 use gpu_trace_common::{
     cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent, PolicyProgramsChain,
-    V1DevicesChain,
+    ThreadLastFolded, V1DevicesChain,
 };
 
 use crate::{
@@ -82,6 +82,9 @@ pub struct Tracer {
     lost_events: PerCpuArray<MapData, u64>,
     repeats: Option<KernelRepeats>,
     held_back: Option<HeldBack>,
+    /// Per CPU, the key its latest folded thread counted under (None
+    /// without folding): read for how many repeats were counted by it.
+    thread_last_folded: Option<PerCpuArray<MapData, ThreadLastFolded>>,
     lost_by_cgroup: LostByCgroup,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
@@ -170,14 +173,16 @@ impl Tracer {
         unsafe { libc::malloc_trim(0) };
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
         let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
-        let (repeats, held_back) = if config.fold_window.is_zero() {
-            (None, None)
+        let (repeats, held_back, thread_last_folded) = if config.fold_window.is_zero() {
+            (None, None, None)
         } else {
             let map = HashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
             let held = HashMap::try_from(take_map(&mut ebpf, map::HELD_BACK)?)?;
+            let slots = PerCpuArray::try_from(take_map(&mut ebpf, map::THREAD_LAST_FOLDED)?)?;
             (
                 Some(KernelRepeats::new(map, config.fold_window)),
                 Some(HeldBack::new(held, config.fold_window)),
+                Some(slots),
             )
         };
         let lost_by_cgroup = LostByCgroup::new(HashMap::try_from(take_map(
@@ -194,6 +199,7 @@ impl Tracer {
             lost_events,
             repeats,
             held_back,
+            thread_last_folded,
             lost_by_cgroup,
             hooks,
             verdict_source: device_hook.verdict_source(),
@@ -370,6 +376,16 @@ impl Tracer {
     }
 
     /// Events the kernel side could not hand over because the ring buffer was full.
+    /// Repeats counted under their thread's remembered key, on every CPU
+    /// (the short way, fold.rs): without a lookup of their cgroup and
+    /// command name. 0 without folding.
+    pub fn folded_by_thread(&self) -> u64 {
+        self.thread_last_folded
+            .as_ref()
+            .and_then(|slots| slots.get(&0, 0).ok())
+            .map_or(0, |per_cpu| per_cpu.iter().map(|slot| slot.by_thread).sum())
+    }
+
     pub fn lost_events(&self) -> u64 {
         self.lost_events
             .get(&0, 0)

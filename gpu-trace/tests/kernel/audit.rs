@@ -36,6 +36,16 @@ fn log_dir(rotated: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, log, rotated)
 }
 
+/// "folded in the kernel N (M by thread)": M.
+fn folded_by_thread(summary: &str) -> usize {
+    summary
+        .split_once("folded in the kernel ")
+        .and_then(|(_, rest)| rest.split_once('('))
+        .and_then(|(_, rest)| rest.split_once(" by thread)"))
+        .and_then(|(count, _)| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count by thread: {summary}"))
+}
+
 #[test]
 fn ten_thousand_identical_denials_fold_into_exact_counts() {
     let incident = or_skip!(incident_test, "fold");
@@ -59,6 +69,15 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
     assert!(
         number("folded in the kernel") >= REPEATS - 100,
         "folded in the kernel: {summary}"
+    );
+    // Most of them the short way, by the key their thread last counted
+    // under (93-99.8 % here, with a full CI run beside it): the long way
+    // only after an identity change anywhere on the host (a process
+    // exiting) or a move to another CPU. None would mean it never served.
+    let by_thread = folded_by_thread(&summary);
+    assert!(
+        by_thread * 2 >= number("folded in the kernel"),
+        "folded by thread: {summary}"
     );
     let total: u64 = records
         .iter()

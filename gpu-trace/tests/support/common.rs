@@ -110,8 +110,15 @@ pub fn summary_counts(stderr: &[String]) -> (String, impl Fn(&str) -> usize + '_
         .clone();
     let line = summary.clone();
     let number = move |word: &str| -> usize {
+        // The number right after the word ("folded in the kernel 9990 (...)").
         line.split([',', ';'])
-            .find_map(|part| part.trim().strip_prefix(word)?.trim().parse().ok())
+            .find_map(|part| {
+                let rest = part.trim().strip_prefix(word)?.trim_start();
+                let end = rest
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(rest.len());
+                rest[..end].parse().ok()
+            })
             .expect("a count")
     };
     (summary, number)

@@ -613,11 +613,11 @@ mod tests {
         assert_eq!(attributor.source.policy_reads.get(), 1);
     }
 
-    #[test]
-    fn a_removed_cgroup_whose_program_is_gone_too_says_both_reasons() {
+    /// A denial by program 920, recorded at the sighting, in a cgroup
+    /// removed since: the attributor and the record.
+    fn denied_in_a_removed_cgroup() -> (Attributor<Recorded>, Record) {
         let mut source = Recorded::denying(509);
         source.removed = true;
-        let mut attributor = Attributor::with_source(source);
         let mut r = record(
             "/lxc/200",
             "/dev/nvidia-uvm",
@@ -627,6 +627,12 @@ mod tests {
             -libc::EPERM,
         );
         r.access.sighted_programs[0] = 920;
+        (Attributor::with_source(source), r)
+    }
+
+    #[test]
+    fn a_removed_cgroup_whose_program_is_gone_too_says_both_reasons() {
+        let (mut attributor, mut r) = denied_in_a_removed_cgroup();
         attributor.attribute(&mut r);
         assert!(matches!(
             &**r.denied_by.expect("a note"),
@@ -639,18 +645,7 @@ mod tests {
 
     #[test]
     fn a_program_read_at_once_names_the_culprit_after_its_cgroup_and_it_are_gone() {
-        let mut source = Recorded::denying(509);
-        source.removed = true;
-        let mut attributor = Attributor::with_source(source);
-        let mut r = record(
-            "/lxc/200",
-            "/dev/nvidia-uvm",
-            509,
-            0,
-            Verdict::DeniedByBpfPolicy,
-            -libc::EPERM,
-        );
-        r.access.sighted_programs[0] = 920;
+        let (mut attributor, mut r) = denied_in_a_removed_cgroup();
         attributor.read_sighted_programs(&r.access);
         attributor.attribute(&mut r);
         assert!(matches!(

@@ -83,12 +83,19 @@ impl<S: PolicySource> Attributor<S> {
     /// programs in force at its sighting are read while they live (a
     /// launch's cgroup removed as its process exits frees them within
     /// milliseconds), so a culprit can still be named once the cgroup is
-    /// gone. Cached by id: a repeat costs a lookup per program.
+    /// gone. Cached by id; nothing is read while the cgroup's policy is
+    /// fresh in the cache, since attribution reads nothing then either.
     pub fn read_sighted_programs(&mut self, access: &DeviceAccess) {
-        if matches!(
+        let denied = matches!(
             access.verdict,
             Verdict::DeniedByBpfPolicy | Verdict::DeniedLayerUnknown
-        ) {
+        );
+        let fresh = || {
+            self.policies
+                .get(&access.cgroup_id)
+                .is_some_and(|c| c.checked.elapsed() < RECHECK_AFTER)
+        };
+        if denied && !fresh() {
             self.source.read_sighted_now(&access.sighted_programs);
         }
     }
@@ -652,6 +659,15 @@ mod tests {
             &**r.denied_by.expect("a culprit"),
             DeniedBy::Program { id: 920, attached_at, .. } if attached_at == "/lxc/200 (removed)"
         ));
+    }
+
+    #[test]
+    fn a_denial_in_a_cgroup_whose_policy_is_fresh_reads_no_programs_ahead() {
+        let mut attributor = Attributor::with_source(Recorded::denying(509));
+        let mut r = attribute(&mut attributor, Verdict::DeniedByBpfPolicy);
+        r.access.sighted_programs[0] = 920;
+        attributor.read_sighted_programs(&r.access);
+        assert!(attributor.source.read_early.is_empty());
     }
 
     #[test]

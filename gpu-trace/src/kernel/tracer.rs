@@ -375,7 +375,6 @@ impl Tracer {
         counted
     }
 
-    /// Events the kernel side could not hand over because the ring buffer was full.
     /// Repeats counted under their thread's remembered key, on every CPU
     /// (the short way, fold.rs): without a lookup of their cgroup and
     /// command name. 0 without folding.
@@ -386,6 +385,7 @@ impl Tracer {
             .map_or(0, |per_cpu| per_cpu.iter().map(|slot| slot.by_thread).sum())
     }
 
+    /// Events the kernel side could not hand over because the ring buffer was full.
     pub fn lost_events(&self) -> u64 {
         self.lost_events
             .get(&0, 0)

@@ -29,6 +29,9 @@ pub mod program {
     pub const FOLLOW_EXIT: &str = "follow_exit";
     /// On cgroup:cgroup_mkdir: remembers each new cgroup2 directory's path.
     pub const NOTE_CGROUP_MKDIR: &str = "note_cgroup_mkdir";
+    /// The same on the raw tracepoint cgroup_mkdir, where BTF gives
+    /// `CgroupMkdirChain` (as loaded, its name is the other's).
+    pub const NOTE_CGROUP_MKDIR_RAW: &str = "note_cgroup_mkdir_raw";
 
     pub const DEVICE_HOOKS: [&str; 3] = [CHECK_PERMISSION_EXIT, OBSERVER, OBSERVER_ERRNO];
     pub const OPEN_CALLS: [&str; 7] = [
@@ -45,16 +48,15 @@ pub mod program {
     /// repeat never counts under a key its thread's command or cgroup (or
     /// a reused thread id) no longer matches.
     pub const IDENTITY_CHANGED: &str = "identity_changed";
-    /// The tracepoints `IDENTITY_CHANGED` is attached to (category, name).
-    pub const IDENTITY_TRACEPOINTS: [(&str, &str); 3] = [
-        ("task", "task_rename"),
-        ("cgroup", "cgroup_attach_task"),
-        ("sched", "sched_process_exit"),
-    ];
-    pub const OTHERS: [&str; 4] = [
+    /// The raw tracepoints `IDENTITY_CHANGED` is attached to (all three
+    /// are also trace events: task, cgroup and sched).
+    pub const IDENTITY_TRACEPOINTS: [&str; 3] =
+        ["task_rename", "cgroup_attach_task", "sched_process_exit"];
+    pub const OTHERS: [&str; 5] = [
         FOLLOW_FORK,
         FOLLOW_EXIT,
         NOTE_CGROUP_MKDIR,
+        NOTE_CGROUP_MKDIR_RAW,
         IDENTITY_CHANGED,
     ];
 
@@ -138,6 +140,8 @@ pub mod global {
     /// offsets (`V1DevicesChain`), from the kernel's BTF; all 0 where no v1
     /// devices hierarchy is mounted.
     pub const V1_DEVICES_CHAIN: &str = "V1_DEVICES_CHAIN";
+    /// `CgroupMkdirChain`, from the kernel's BTF; all 0 where it lacks one.
+    pub const CGROUP_MKDIR_CHAIN: &str = "CGROUP_MKDIR_CHAIN";
     /// The offsets to the device programs in force, `PolicyProgramsChain`'s
     /// fields in its order, a global each; all 0 where the BTF lacks one.
     pub const POLICY_PROGRAMS_CHAIN: [&str; 8] = [
@@ -380,6 +384,20 @@ impl DeviceFields {
         access: 0,
         dev_type: 0,
     };
+}
+
+/// Byte offsets from a cgroup (`struct cgroup`, cgroup_mkdir's raw
+/// tracepoint's first argument) to its hierarchy's id and its own:
+/// `cgroup.root`, `cgroup_root.hierarchy_id`, `cgroup.kn`, `kernfs_node.id`.
+/// `cgroup_kn` 0: unknown (the trace event, which has both in its record,
+/// is attached instead).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupMkdirChain {
+    pub cgroup_root: u32,
+    pub root_hierarchy_id: u32,
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
 }
 
 /// Byte offsets from a task to the kernfs id of its v1 devices cgroup:
@@ -725,4 +743,6 @@ mod user {
     unsafe impl aya::Pod for super::DropRecordBudget {}
     // SAFETY: repr(C), five u32, no padding.
     unsafe impl aya::Pod for super::V1DevicesChain {}
+    // SAFETY: repr(C), four u32, no padding.
+    unsafe impl aya::Pod for super::CgroupMkdirChain {}
 }

@@ -7,8 +7,8 @@ use aya_ebpf::{
     Global,
 };
 use gpu_trace_common::{
-    CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck, OpenInFlight,
-    RepeatCount, RepeatKey, ThreadLastFolded, V1DevicesChain, CGROUP_PATHS_CAPACITY,
+    CgroupMkdirChain, CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck,
+    OpenInFlight, RepeatCount, RepeatKey, ThreadLastFolded, V1DevicesChain, CGROUP_PATHS_CAPACITY,
     CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY,
     IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT,
     MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
@@ -108,6 +108,13 @@ pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 pub static COMPAT_STATUS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static CGROUP_MKDIR_CHAIN: Global<CgroupMkdirChain> = Global::new(CgroupMkdirChain {
+    cgroup_root: 0,
+    root_hierarchy_id: 0,
+    cgroup_kn: 0,
+    kn_id: 0,
+});
 #[unsafe(no_mangle)]
 pub static V1_DEVICES_CHAIN: Global<V1DevicesChain> = Global::new(V1DevicesChain {
     task_cgroups: 0,

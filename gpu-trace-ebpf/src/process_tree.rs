@@ -2,7 +2,9 @@
 //! process join the FOLLOWED table, exits leave it. Attached only in that mode.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+    helpers::bpf_get_current_pid_tgid,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
 };
 
 use crate::maps::{FOLLOWED, FORK_CHILD_PID_OFFSET};
@@ -23,9 +25,11 @@ pub fn follow_fork(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// sched:sched_process_exit runs in the exiting thread.
-#[tracepoint]
-pub fn follow_exit(_ctx: TracePointContext) -> u32 {
+/// sched:sched_process_exit runs in the exiting thread. A raw tracepoint:
+/// it reads nothing of the record, and its detach waits out no grace
+/// period (see thread_identity.rs).
+#[raw_tracepoint]
+pub fn follow_exit(_ctx: RawTracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     let _ = FOLLOWED.remove(tid);
     0

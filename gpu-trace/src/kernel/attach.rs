@@ -3,7 +3,9 @@
 
 use anyhow::Context;
 use aya::{
-    programs::{trace_point::TracePointLink, TracePoint},
+    programs::{
+        raw_trace_point::RawTracePointLink, trace_point::TracePointLink, RawTracePoint, TracePoint,
+    },
     Ebpf,
 };
 
@@ -20,13 +22,23 @@ pub struct Hook {
     pub stood_in_for: bool,
 }
 
-/// Loads `program` and attaches it to `category:event`; the link is ours to own.
+/// A tracepoint program's link, ours to own until the tracer goes.
+pub enum TraceLink {
+    /// A trace event (perf): the record's fields by offset. Its detach
+    /// waits out the tracepoints' grace periods, about 75 ms here.
+    Event(TracePointLink),
+    /// A raw tracepoint: the call's arguments, and a detach that waits
+    /// for nothing (the kernel frees the program after a grace period).
+    Raw(RawTracePointLink),
+}
+
+/// Loads `program` and attaches it to the trace event `category:event`.
 pub fn attach_tracepoint(
     ebpf: &mut Ebpf,
     program: &str,
     category: &str,
     event: &str,
-) -> anyhow::Result<TracePointLink> {
+) -> anyhow::Result<TraceLink> {
     let tracepoint: &mut TracePoint = program_mut(ebpf, program)?;
     tracepoint
         .load()
@@ -34,7 +46,25 @@ pub fn attach_tracepoint(
     let id = tracepoint
         .attach(category, event)
         .with_context(|| format!("attaching to {category}:{event}"))?;
-    Ok(tracepoint.take_link(id)?)
+    Ok(TraceLink::Event(tracepoint.take_link(id)?))
+}
+
+/// Loads `program` (once) and attaches it to the raw tracepoint `name`.
+pub fn attach_raw_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &str,
+    name: &str,
+) -> anyhow::Result<TraceLink> {
+    let tracepoint: &mut RawTracePoint = program_mut(ebpf, program)?;
+    if tracepoint.fd().is_err() {
+        tracepoint
+            .load()
+            .with_context(|| format!("loading {program}"))?;
+    }
+    let id = tracepoint
+        .attach(name)
+        .with_context(|| format!("attaching to the raw tracepoint {name}"))?;
+    Ok(TraceLink::Raw(tracepoint.take_link(id)?))
 }
 
 /// Takes map `name` out of the loaded object, to be read from here on.

@@ -6,6 +6,7 @@ pub mod attach;
 pub mod bench_cut;
 pub mod bpf_log;
 pub mod bpf_sys;
+pub mod cgroup_mkdir_chain;
 pub mod cgroups_made;
 pub mod detach_after_exit;
 pub mod device_hook;

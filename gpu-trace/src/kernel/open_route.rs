@@ -11,17 +11,13 @@
 //!    enabled, every syscall of every task takes the kernel's slow path;
 //! 3. none: the device hook reports each access itself.
 
-use aya::{
-    maps::Array,
-    programs::{trace_point::TracePointLink, FExit},
-    Ebpf,
-};
+use aya::{maps::Array, programs::FExit, Ebpf};
 use gpu_trace_common::{map, program, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT};
 
 use crate::{
     host::{preflight::Unsupported, v1_device_limits::V1DeviceLimits},
     kernel::{
-        attach::{attach_tracepoint, Hook},
+        attach::{attach_tracepoint, Hook, TraceLink},
         device_hook::{one_line, program_mut, DeviceHook, HookChoice},
         lazy_btf::LazyBtf,
     },
@@ -71,7 +67,7 @@ pub enum OpenRoute {
 /// What was attached, and one line that says what it costs and misses.
 pub struct OpenRouteAttached {
     pub route: OpenRoute,
-    pub links: Vec<TracePointLink>,
+    pub links: Vec<TraceLink>,
     pub hooks: Vec<Hook>,
     pub summary: String,
     /// A cgroup v1 devices hierarchy nobody is in yet: once that changes,
@@ -352,7 +348,7 @@ fn auto_need(device_hook: DeviceHook) -> Need {
 
 fn attached(
     route: OpenRoute,
-    links: Vec<TracePointLink>,
+    links: Vec<TraceLink>,
     hooks: Vec<Hook>,
     summary: String,
 ) -> OpenRouteAttached {
@@ -400,7 +396,7 @@ fn attach_open_function(ebpf: &mut Ebpf, btf: &mut LazyBtf) -> anyhow::Result<()
 
 /// The open-family tracepoints, each optional: a refused one leaves its
 /// calls to the device hook alone.
-fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>, Vec<Hook>)> {
+fn attach_open_syscalls(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TraceLink>, Vec<Hook>)> {
     // Every exit, then the flag, then every entry: a call is never stashed
     // without an exit to finish it, and while the device hook does not yet
     // look for calls in flight, no entry stashes one (or the same denial
@@ -438,11 +434,7 @@ enum Half {
 }
 
 /// One of a syscall's two tracepoints, with its program.
-fn attach_half(
-    ebpf: &mut Ebpf,
-    syscall: &OpenSyscall,
-    half: Half,
-) -> anyhow::Result<TracePointLink> {
+fn attach_half(ebpf: &mut Ebpf, syscall: &OpenSyscall, half: Half) -> anyhow::Result<TraceLink> {
     let (program, event) = match half {
         Half::Enter => (syscall.enter, "enter"),
         Half::Exit => (syscall.exit, "exit"),

@@ -8,20 +8,20 @@ use std::path::Path;
 use anyhow::Context;
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::trace_point::TracePointLink,
     Ebpf, EbpfLoader,
 };
 use gpu_trace_common::{
-    cgroup_mkdir, global, map, program, CgroupPath, DeviceAccessEvent, PolicyProgramsChain,
-    ThreadLastFolded, V1DevicesChain,
+    cgroup_mkdir, global, map, program, CgroupMkdirChain, CgroupPath, DeviceAccessEvent,
+    PolicyProgramsChain, ThreadLastFolded, V1DevicesChain,
 };
 
 use crate::{
     host::{kernel_btf::KernelBtf, preflight::Unsupported, proc_devices::CharMajors},
     kernel::{
-        attach::{attach_tracepoint, take_map, Hook},
+        attach::{attach_raw_tracepoint, attach_tracepoint, take_map, Hook, TraceLink},
         bench_cut,
         bpf_log::{self, BpfLog, BpfLogLevel},
+        cgroup_mkdir_chain,
         cgroups_made::CgroupsMade,
         device_hook::{DeviceHook, HookChoice, Loaded},
         held_back::HeldBack,
@@ -94,18 +94,22 @@ pub struct Tracer {
     open_route_upgrade_watch: Option<std::path::PathBuf>,
     notes: Vec<String>,
     /// Owned here (not by `_ebpf`) so that `Drop` can detach them together.
-    tracepoint_links: Vec<TracePointLink>,
+    tracepoint_links: Vec<TraceLink>,
     bpf_log: Option<BpfLog>,
 }
 
 impl Drop for Tracer {
     fn drop(&mut self) {
-        // Detaching a tracepoint waits for an RCU grace period (about 70 ms
-        // on the build machine); one after another, eight of them made `run`
-        // take half a second to exit. Side by side they cost one.
-        let links = std::mem::take(&mut self.tracepoint_links);
+        // Detaching a trace event waits for the tracepoints' grace periods
+        // (about 75 ms on the build machine); one after another, eight of
+        // them made `run` take half a second to exit. Side by side they
+        // cost about one. A raw tracepoint's detach waits for nothing.
+        let (events, raw): (Vec<_>, Vec<_>) = std::mem::take(&mut self.tracepoint_links)
+            .into_iter()
+            .partition(|link| matches!(link, TraceLink::Event(_)));
+        drop(raw);
         std::thread::scope(|scope| {
-            for link in links {
+            for link in events {
                 scope.spawn(move || drop(link));
             }
         });
@@ -132,7 +136,12 @@ impl Tracer {
         let watched_majors = WatchedMajors::fill(&mut ebpf, &config.majors)?;
 
         let mut tracepoint_links = Vec::new();
-        let cgroup_paths = cgroups_made(&mut ebpf, &mut tracepoint_links, &mut notes)?;
+        let cgroup_paths = cgroups_made(
+            &mut ebpf,
+            settings.cgroup_mkdir,
+            &mut tracepoint_links,
+            &mut notes,
+        )?;
         if !config.fold_window.is_zero() {
             if let Err(e) = thread_identity::watch(&mut ebpf, &mut tracepoint_links) {
                 notes.push(format!(
@@ -414,6 +423,7 @@ struct LoadSettings {
     compat_status_offset: u32,
     verdict_from_errno: bool,
     v1_devices: V1DevicesChain,
+    cgroup_mkdir: CgroupMkdirChain,
     policy_programs: PolicyProgramsChain,
     /// `gpu_trace_common::bench_cut`'s step: NONE outside the benchmark.
     bench_cut: u8,
@@ -440,6 +450,7 @@ impl LoadSettings {
             compat_status_offset: compat_status(btf, notes),
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
+            cgroup_mkdir: cgroup_mkdir_chain::for_this_kernel(btf),
             policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
             bench_cut: bench_cut::from_env(config.opens, notes)?,
         })
@@ -529,6 +540,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         )
         .override_global(global::TASK_STACK_OFFSET, &settings.task_stack_offset, true)
         .override_global(global::V1_DEVICES_CHAIN, &settings.v1_devices, true)
+        .override_global(global::CGROUP_MKDIR_CHAIN, &settings.cgroup_mkdir, true)
         .override_global(global::PT_REGS_OFFSET, &settings.pt_regs_offset, true)
         .override_global(
             global::COMPAT_STATUS_OFFSET,
@@ -618,16 +630,19 @@ impl WatchedMajors {
     }
 }
 
-/// Attaches the program that remembers each new cgroup2 directory, once
-/// the record layout it reads is confirmed.
-/// The kernel's note of cgroups made from now on, where it attaches; else
-/// a note that says what that costs.
+/// The kernel's note of cgroups made from now on: on the raw tracepoint
+/// where BTF gave `chain` (its detach waits for nothing), else on the
+/// trace event; where neither attaches, a note that says what that costs.
 fn cgroups_made(
     ebpf: &mut Ebpf,
-    links: &mut Vec<TracePointLink>,
+    chain: CgroupMkdirChain,
+    links: &mut Vec<TraceLink>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Option<HashMap<MapData, u64, CgroupPath>>> {
-    match note_new_cgroups(ebpf) {
+    let raw = (chain.cgroup_kn != 0)
+        .then(|| attach_raw_tracepoint(ebpf, program::NOTE_CGROUP_MKDIR_RAW, "cgroup_mkdir"))
+        .and_then(Result::ok);
+    match raw.map_or_else(|| note_new_cgroups(ebpf), Ok) {
         Ok(link) => {
             links.push(link);
             Ok(Some(HashMap::try_from(take_map(ebpf, map::CGROUP_PATHS)?)?))
@@ -641,7 +656,9 @@ fn cgroups_made(
     }
 }
 
-fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TracePointLink> {
+/// Attaches the trace event's program, once the record layout it reads is
+/// confirmed.
+fn note_new_cgroups(ebpf: &mut Ebpf) -> anyhow::Result<TraceLink> {
     for (field, expected) in [
         ("root", cgroup_mkdir::ROOT),
         ("id", cgroup_mkdir::ID),
@@ -699,24 +716,21 @@ fn load_device_hook(
 
 /// The fork and exit tracepoints that keep `run`'s process tree; required
 /// in that mode, since without them descendants would go unseen.
-fn follow_process_tree(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TracePointLink>, Hook)> {
-    let mut links = Vec::new();
-    for (program, event) in [
-        (program::FOLLOW_FORK, "sched_process_fork"),
-        (program::FOLLOW_EXIT, "sched_process_exit"),
-    ] {
-        let link = attach_tracepoint(ebpf, program, "sched", event).map_err(|e| {
-            Unsupported::HookRefused {
-                hook: format!("tracepoint sched:{event}"),
-                reason: format!("{e:#}; without it the process tree cannot be followed"),
-            }
-        })?;
-        links.push(link);
-    }
+fn follow_process_tree(ebpf: &mut Ebpf) -> anyhow::Result<(Vec<TraceLink>, Hook)> {
+    let refused = |event: &str, e: anyhow::Error| Unsupported::HookRefused {
+        hook: format!("tracepoint sched:{event}"),
+        reason: format!("{e:#}; without it the process tree cannot be followed"),
+    };
+    // The fork's child is read from the trace event's record; the exit reads
+    // nothing, and as a raw tracepoint its detach waits for nothing.
+    let fork = attach_tracepoint(ebpf, program::FOLLOW_FORK, "sched", "sched_process_fork")
+        .map_err(|e| refused("sched_process_fork", e))?;
+    let exit = attach_raw_tracepoint(ebpf, program::FOLLOW_EXIT, "sched_process_exit")
+        .map_err(|e| refused("sched_process_exit", e))?;
     let hook = Hook {
         name: "tracepoints sched:sched_process_{fork,exit} (following one process tree)".into(),
         refused: None,
         stood_in_for: false,
     };
-    Ok((links, hook))
+    Ok((vec![fork, exit], hook))
 }

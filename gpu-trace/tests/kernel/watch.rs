@@ -1,6 +1,6 @@
 //! `watch` and the tracer core against the real kernel.
 
-use std::{collections::HashSet, os::unix::process::CommandExt};
+use std::{collections::HashSet, fs, os::unix::process::CommandExt};
 
 use gpu_trace::{
     host::{proc_devices::CharMajors, v1_device_limits::V1DeviceLimits},
@@ -584,6 +584,38 @@ fn nothing_stays_attached_after_kill_9() {
             &format!("--opens {route}: programs still loaded (so possibly attached) after SIGKILL"),
         );
     }
+}
+
+/// The default watch's tracepoints read no syscall's record: they are raw
+/// tracepoints, whose detach waits for nothing. A trace event standing in
+/// (the BTF offsets not found, the raw attach refused) fails nothing else,
+/// yet costs every stop about 75 ms, several times that under emulation.
+#[test]
+fn the_default_watchs_tracepoints_are_raw_so_that_it_stops_at_once() {
+    let _host = or_skip!(kernel_test);
+    let watcher = Watcher::start(&[]);
+    let pid = watcher.child.id();
+    let mut raw: Vec<String> = fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .expect("watch's descriptors")
+        .filter_map(|fd| fs::read_to_string(fd.ok()?.path()).ok())
+        .filter(|info| info.lines().any(|l| l == "link_type:\traw_tracepoint"))
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("tp_name:\t").map(str::to_owned))
+        })
+        .collect();
+    raw.sort();
+    let stderr = watcher.stop_cleanly();
+    assert_eq!(
+        raw,
+        [
+            "cgroup_attach_task",
+            "cgroup_mkdir",
+            "sched_process_exit",
+            "task_rename"
+        ],
+        "{stderr:#?}"
+    );
 }
 
 #[test]

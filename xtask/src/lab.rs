@@ -222,11 +222,14 @@ pub fn lab(series: &[Series], timeout: Duration, run: LabRun) -> anyhow::Result<
             "--only takes letters, digits, `_` and `:`, not {only:?}"
         );
     }
-    let series: Vec<Series> = if series.is_empty() {
+    let mut series: Vec<Series> = if series.is_empty() {
         LAB_SERIES.to_vec()
     } else {
         series.to_vec()
     };
+    // Each kernel once, however often it was named.
+    series.sort_by_key(|s| s.name());
+    series.dedup_by_key(|s| s.name());
     for s in &series {
         ensure!(
             LAB_SERIES.iter().any(|l| l.name() == s.name()),
@@ -253,7 +256,9 @@ pub fn lab(series: &[Series], timeout: Duration, run: LabRun) -> anyhow::Result<
 
     let started = Instant::now();
     let rootfs = rootfs()?;
-    let kernels: Vec<LabKernel> = LAB_SERIES
+    // Only the kernels booted: each is a headers package, a module build
+    // and its modules on the root disk.
+    let kernels: Vec<LabKernel> = series
         .iter()
         .map(|&s| LabKernel::prepare(s))
         .collect::<anyhow::Result<_>>()?;
@@ -267,10 +272,7 @@ pub fn lab(series: &[Series], timeout: Duration, run: LabRun) -> anyhow::Result<
 
     let mut failed = Vec::new();
     let mut summary = Vec::new();
-    for kernel in kernels
-        .iter()
-        .filter(|k| series.iter().any(|s| s.name() == k.series.name()))
-    {
+    for kernel in &kernels {
         let outcome = boot(kernel, &disk, &payload, timeout, run)?;
         if !outcome.problems.is_empty() {
             failed.push(kernel.series.name());

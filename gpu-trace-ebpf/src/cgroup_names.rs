@@ -5,7 +5,8 @@
 //! tracepoint, so it costs nothing on other paths.
 //!
 //! Attached as a raw tracepoint where the kernel's BTF says where a
-//! cgroup keeps its hierarchy and id (its detach waits for nothing); else
+//! cgroup keeps its hierarchy and id (its detach waits out no grace
+//! periods); else
 //! as the trace event, whose record has both (its detach waits out the
 //! tracepoints' grace periods, about 75 ms).
 

@@ -1,5 +1,5 @@
-//! Letting the kernel detach after we exit. Releasing a tracepoint link
-//! waits for an RCU grace period, and the kernel serialises those: about
+//! Letting the kernel detach after we exit. Releasing a trace event's link
+//! (a perf tracepoint: the syscalls', the fork's) waits for RCU grace periods, and the kernel serialises those: about
 //! 45 ms a link here, 0.4 s for `run`'s, spent after CMD had exited and
 //! before the caller got its status. A forked child keeps a copy of every
 //! descriptor until this process has exited, then exits itself; the last

@@ -587,7 +587,7 @@ fn nothing_stays_attached_after_kill_9() {
 }
 
 /// The default watch's tracepoints read no syscall's record: they are raw
-/// tracepoints, whose detach waits for nothing. A trace event standing in
+/// tracepoints, whose detach waits out no grace periods. A trace event standing in
 /// (the BTF offsets not found, the raw attach refused) fails nothing else,
 /// yet costs every stop about 75 ms, several times that under emulation.
 #[test]

@@ -6,9 +6,8 @@
 //!
 //! Attached as a raw tracepoint where the kernel's BTF says where a
 //! cgroup keeps its hierarchy and id (its detach waits out no grace
-//! periods); else
-//! as the trace event, whose record has both (its detach waits out the
-//! tracepoints' grace periods, about 75 ms).
+//! periods); else as the trace event, whose record has both (its detach
+//! waits out the tracepoints' grace periods, about 75 ms).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_uid_gid, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes},

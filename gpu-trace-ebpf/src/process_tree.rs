@@ -27,7 +27,7 @@ pub fn follow_fork(ctx: TracePointContext) -> u32 {
 
 /// sched:sched_process_exit runs in the exiting thread. A raw tracepoint:
 /// it reads nothing of the record, and its detach waits out no grace
-/// period (see thread_identity.rs).
+/// periods (at most one, since identity_changed shares the tracepoint).
 #[raw_tracepoint]
 pub fn follow_exit(_ctx: RawTracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;

@@ -5,7 +5,7 @@
 //! under is current. None of these is a syscall tracepoint: the host's
 //! other syscalls pay nothing, an exec or an exit an atomic add. Raw
 //! tracepoints, not trace events: a trace event's detach waits out grace
-//! periods (about 75 ms each here), a raw one's does not, and the
+//! periods (about 75 ms each here), a raw one's at most one, and the
 //! program reads nothing of the record.
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};

@@ -27,8 +27,9 @@ pub enum TraceLink {
     /// A trace event (perf): the record's fields by offset. Its detach
     /// waits out the tracepoints' grace periods, about 75 ms here.
     Event(TracePointLink),
-    /// A raw tracepoint: the call's arguments, and a detach that waits
-    /// for nothing (the kernel frees the program after a grace period).
+    /// A raw tracepoint: the call's arguments, and a detach that waits out
+    /// no grace periods (at most one, where other programs share the
+    /// tracepoint; the kernel frees the program after one, in the background).
     Raw(RawTracePointLink),
 }
 

@@ -594,6 +594,16 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
             })
             .sum()
     };
+    // The same flood against the device hook alone cut after each step:
+    // what each step takes from the tenant's rate, which the run-time
+    // statistics of one producer cannot show (two CPUs counting under one
+    // key share its cache line).
+    let cuts: Vec<Option<&str>> = REPEAT_STEPS
+        .iter()
+        .map(|s| Some(*s))
+        .chain([None])
+        .collect();
+    let mut cut_pairs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cuts.len()];
     let mut pairs = Vec::new();
     let mut baseline = Vec::new();
     for _ in 0..settings.runs {
@@ -603,13 +613,33 @@ fn repeated_denial(settings: &Settings, open_loop: &Path, scene: &Scene) -> Valu
         tracer.stop();
         baseline.push(base);
         pairs.push((traced, traced / base));
+        for (cut, pairs) in cuts.iter().zip(&mut cut_pairs) {
+            let mut command = watch_command(
+                scene,
+                &[&FOLD[..], &["--device-hook-only"]].concat(),
+                Stdio::null(),
+            );
+            if let Some(cut) = cut {
+                command.env("GPU_TRACE_BENCH_CUT", cut);
+            }
+            let tracer = Background::start(command, "gpu-trace: ready", false);
+            let traced = flood();
+            tracer.stop();
+            pairs.push((traced, traced / base));
+        }
     }
+    let flood_cut: Vec<Value> = cuts
+        .iter()
+        .zip(cut_pairs)
+        .map(|(cut, pairs)| paired_entry(cut.unwrap_or("all"), "denials_per_s", pairs))
+        .collect();
     let (base, base_lo, base_hi) = median_and_spread(baseline);
     json!({
         "in_kernel_ns_per_repeat": in_kernel,
         "in_kernel_ns_per_first_sighting": with_fold_0,
         "breakdown": breakdown,
         "identity_changed": identity_changed_cost(scene, settings.runs * 100),
+        "flood_cut": flood_cut,
         "flood": [
             { "config": "2 producers, nothing attached", "denials_per_s": base, "min": base_lo, "max": base_hi, "ratio": 1.0 },
             paired_entry("2 producers under watch (--fold 5s)", "denials_per_s", pairs),
@@ -1756,6 +1786,25 @@ fn print_repeated_denial(out: &mut impl Write, r: &Value) {
         if !steps.is_empty() {
             let _ = writeln!(out, "    {title}, ns per step: {}", steps.join(", "));
         }
+    }
+    let cut: Vec<String> = r["flood_cut"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "{} x{:.3}",
+                c["config"].as_str().unwrap_or("?"),
+                c["ratio"].as_f64().unwrap_or(0.0)
+            )
+        })
+        .collect();
+    if !cut.is_empty() {
+        let _ = writeln!(
+            out,
+            "    2 producers, the device hook alone cut after each step (median ratio): {}",
+            cut.join(", ")
+        );
     }
     let identity = &r["identity_changed"];
     if !identity.is_null() {

@@ -163,6 +163,9 @@ pub mod global {
     /// The benchmark's breakdown (`bench_cut`): the device hook's report
     /// stops after this step. 0, outside the benchmark: every step runs.
     pub const BENCH_CUT: &str = "BENCH_CUT";
+    /// 1 where BPF has compare-and-exchange (5.12): a repeat counts in its
+    /// CPU's slot (`ThreadLastFolded::held`) rather than in `REPEATS`.
+    pub const SLOT_COUNTS: &str = "SLOT_COUNTS";
 }
 
 /// Where the benchmark cuts the device hook's report short, to time each
@@ -666,6 +669,48 @@ pub struct ThreadLastFolded {
     /// often the short way served. Added to without an atomic (one CPU's
     /// line): a program preempted mid-add may lose one.
     pub by_thread: u64,
+    /// Counted up each time the slot takes a key: what `held` is tagged with.
+    pub assignment: u64,
+    /// Where BPF has compare-and-exchange: the repeats of `key` counted in
+    /// the slot itself (a CPU's own cache line, where `REPEATS`'s count is
+    /// every CPU's), tagged with the assignment they were counted under
+    /// (see `held`). Handed to `REPEATS` when the slot takes another key;
+    /// userspace adds them meanwhile.
+    pub held: u64,
+    /// The time and uid of the latest repeat counted in `held` (its thread
+    /// is the slot's).
+    pub held_ns: u64,
+    pub held_uid: u32,
+    pub _pad: u32,
+}
+
+/// `ThreadLastFolded::held`: the assignment's low 31 bits, whether the
+/// slot counts (armed: its key is in `REPEATS`, so nothing is counted for
+/// a first that was lost), and the count. Every change is one atomic
+/// exchange: a repeat's add fails once the slot has taken another key.
+pub mod held {
+    const TAG_SHIFT: u32 = 33;
+    /// Set once the slot's key is known to be in `REPEATS`.
+    pub const ARMED: u64 = 1 << 32;
+    /// Past this many, repeats go to `REPEATS` directly.
+    pub const COUNT_LIMIT: u64 = (1 << 32) - 1;
+
+    /// `held` of a slot that has just taken assignment `assignment`.
+    #[inline(always)]
+    pub fn unarmed(assignment: u64) -> u64 {
+        assignment << TAG_SHIFT
+    }
+
+    /// Whether `held` was counted under `assignment` and counts.
+    #[inline(always)]
+    pub fn armed_for(held: u64, assignment: u64) -> bool {
+        held & !COUNT_LIMIT == unarmed(assignment) | ARMED
+    }
+
+    #[inline(always)]
+    pub fn count(held: u64) -> u64 {
+        held & COUNT_LIMIT
+    }
 }
 
 /// One cgroup in one fold window (`RepeatKey::window`).

@@ -45,10 +45,10 @@ use gpu_trace_common::{
 };
 
 use crate::maps::{
-    add_one, count_lost_event, open_calls_traced, CGROUP_SENT, FOLD_WINDOW_NS, HELD_BACK,
-    IDENTITY_GENERATION, NOEXIST, REPEATS, THREAD_LAST_FOLDED,
+    add_one, count_lost_event, open_calls_traced, slot_counts, CGROUP_SENT, FOLD_WINDOW_NS,
+    HELD_BACK, IDENTITY_GENERATION, NOEXIST, REPEATS, THREAD_LAST_FOLDED,
 };
-use crate::{bench_cut, why_dropped};
+use crate::{bench_cut, slot_count, why_dropped};
 
 /// Twice the longest tick (HZ 100): how much of its window a key must have
 /// left for a repeat in the same tick to count under it unread.
@@ -148,20 +148,34 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
         if bench_cut::after(cut::SHORT_WAY) {
             return true;
         }
-        // The lookup reads the key where it lies; the add waits until the
-        // sequence shows nobody rewrote it meanwhile.
-        let Some(count) = REPEATS.get_ptr_mut(&*key) else {
-            return false;
-        };
         let boot_ns = if head.boot_ns == 0 {
             read_volatile(&raw const (*slot).remembered_ns)
         } else {
             head.boot_ns
         };
+        let assignment = read_volatile(&raw const (*slot).assignment);
         if read_volatile(&raw const (*slot).sequence) != sequence {
             return false;
         }
-        add_repeat(count, boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+        if slot_counts() && slot_count::added(slot, assignment) {
+            // Its latest; the thread is the slot's.
+            write_volatile(&raw mut (*slot).held_ns, boot_ns);
+            write_volatile(&raw mut (*slot).held_uid, head.uid);
+        } else {
+            // The lookup reads the key where it lies; the add waits until
+            // the sequence shows nobody rewrote it meanwhile.
+            let Some(count) = REPEATS.get_ptr_mut(&*key) else {
+                return false;
+            };
+            if read_volatile(&raw const (*slot).sequence) != sequence {
+                return false;
+            }
+            add_repeat(count, boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+            // The key is in REPEATS: the next repeats count in the slot.
+            if slot_counts() {
+                slot_count::arm(slot, assignment);
+            }
+        }
         let by_thread = &raw mut (*slot).by_thread;
         write_volatile(by_thread, read_volatile(by_thread) + 1);
         // With fexit alone the device check counts the next repeat by the
@@ -176,8 +190,8 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
             if read_volatile(&raw const (*slot).tick) != tick
                 && read_volatile(&raw const (*slot).sequence) == sequence
                 && read_volatile(&raw const (*slot).pid_tgid) == pid_tgid
+                && claimed(slot, sequence)
             {
-                write_volatile(&raw mut (*slot).sequence, sequence + 1);
                 write_volatile(&raw mut (*slot).remembered_ns, head.boot_ns);
                 write_volatile(&raw mut (*slot).tick, tick);
                 write_volatile(&raw mut (*slot).sequence, sequence + 2);
@@ -262,10 +276,13 @@ fn remember_key_for_thread(head: &EventHead, key: &RepeatKey, generation: u64) {
     // writes of its sequence; left alone while another write is under way.
     unsafe {
         let sequence = read_volatile(&raw const (*slot).sequence);
-        if sequence & 1 != 0 {
+        if sequence & 1 != 0 || !claimed(slot, sequence) {
             return;
         }
-        write_volatile(&raw mut (*slot).sequence, sequence + 1);
+        if slot_counts() {
+            let assignment = slot_count::hand_over(slot);
+            write_volatile(&raw mut (*slot).assignment, assignment);
+        }
         write_volatile(&raw mut (*slot).pid_tgid, pid_tgid_of(head));
         write_volatile(&raw mut (*slot).key, *key);
         write_volatile(&raw mut (*slot).generation, generation);
@@ -290,6 +307,20 @@ fn tick_to_remember(window: u64, boot_ns: u64) -> u64 {
     } else {
         u64::MAX
     }
+}
+
+/// Makes the slot's sequence odd (it was `sequence`): this program alone
+/// writes the slot until it is even again. Where BPF has no
+/// compare-and-exchange, a plain write: two programs on one CPU may then
+/// both write (one preempted between its look and its write).
+#[inline(always)]
+fn claimed(slot: *mut ThreadLastFolded, sequence: u64) -> bool {
+    if slot_counts() {
+        return slot_count::claimed(slot, sequence);
+    }
+    // SAFETY: this CPU's slot, a map value alive until this program returns.
+    unsafe { write_volatile(&raw mut (*slot).sequence, sequence + 1) };
+    true
 }
 
 #[inline(always)]

@@ -13,8 +13,9 @@
 //! the kernel accepts.
 #![no_std]
 #![no_main]
-// The atomic add of fold.rs: the BPF target has no core atomics with
-// read-modify-write (no compare-and-swap), but BPF has had xadd all along.
+// The atomics of fold.rs and slot_count.rs: the BPF target offers no
+// core::sync::atomic read-modify-write, but BPF has had xadd all along and
+// compare-and-exchange since 5.12 (used only where the loader says so).
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
@@ -30,6 +31,7 @@ mod open_calls;
 mod open_function;
 mod policy_programs;
 mod process_tree;
+mod slot_count;
 mod syscall_regs;
 mod thread_identity;
 mod tracepoint_record;

@@ -108,6 +108,10 @@ pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 pub static COMPAT_STATUS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
+/// 1 where BPF has compare-and-exchange (gpu_trace_common::global): known
+/// to the verifier, which then never sees that code on 5.10.
+#[unsafe(no_mangle)]
+static SLOT_COUNTS: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static CGROUP_MKDIR_CHAIN: Global<CgroupMkdirChain> = Global::new(CgroupMkdirChain {
     cgroup_root: 0,
@@ -164,6 +168,12 @@ pub fn follow_process_tree() -> bool {
 
 pub fn verdict_from_errno() -> bool {
     flag(&VERDICT_FROM_ERRNO)
+}
+
+/// Whether a repeat counts in its CPU's slot (fold.rs).
+#[inline(always)]
+pub fn slot_counts() -> bool {
+    flag(&SLOT_COUNTS)
 }
 
 /// The open route attached (`OPEN_CALLS_*`, see gpu_trace_common::map::OPEN_CALLS_TRACED).

@@ -19,6 +19,7 @@ pub mod policy_programs_chain;
 pub mod program_holders;
 pub mod programs_in_force;
 pub mod repeats;
+pub mod slot_counts;
 pub mod thread_identity;
 pub mod tracer;
 pub mod v1_devices_chain;

@@ -7,20 +7,24 @@
 
 use std::time::{Duration, Instant};
 
-use aya::maps::{HashMap, MapData};
+use aya::maps::{HashMap, MapData, PerCpuArray};
 use gpu_trace_common::{
-    DeviceAccessEvent, EventHead, RepeatCount, RepeatKey, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED,
-    PATH_LEN, REPEATS_CAPACITY, SYSCALL_NONE,
+    DeviceAccessEvent, EventHead, RepeatCount, RepeatKey, ThreadLastFolded, FLAG_PATH_FROM_REGS,
+    FLAG_PATH_TRUNCATED, PATH_LEN, REPEATS_CAPACITY, SYSCALL_NONE,
 };
 use rustc_hash::FxHashMap;
 
 use crate::{
     host::clock::since_boot,
+    kernel::slot_counts,
     model::access::{DeviceAccess, VerdictSource},
 };
 
 pub struct KernelRepeats {
     map: HashMap<MapData, RepeatKey, RepeatCount>,
+    /// Each CPU's latest folded thread's key, and the repeats counted
+    /// there and not yet handed to `map` (slot_counts.rs).
+    slots: PerCpuArray<MapData, ThreadLastFolded>,
     /// Repeats already handed on, by key.
     handed_on: FxHashMap<RepeatKey, u64>,
     /// The path of each problem's latest sent event, by key without its
@@ -47,9 +51,14 @@ struct SentPath {
 }
 
 impl KernelRepeats {
-    pub fn new(map: HashMap<MapData, RepeatKey, RepeatCount>, window: Duration) -> Self {
+    pub fn new(
+        map: HashMap<MapData, RepeatKey, RepeatCount>,
+        slots: PerCpuArray<MapData, ThreadLastFolded>,
+        window: Duration,
+    ) -> Self {
         Self {
             map,
+            slots,
             handed_on: FxHashMap::default(),
             paths: FxHashMap::default(),
             window,
@@ -88,12 +97,17 @@ impl KernelRepeats {
     /// many).
     pub fn collect(&mut self, verdict_from: VerdictSource) -> Vec<(DeviceAccess, u64)> {
         let current = since_boot().as_nanos() as u64 / self.window_ns();
+        let before = slot_counts::read_before(&self.slots);
         let keys: Vec<RepeatKey> = self.map.keys().filter_map(Result::ok).collect();
+        // removed meanwhile: skipped
+        let table: Vec<(RepeatKey, RepeatCount)> = keys
+            .iter()
+            .filter_map(|key| Some((*key, self.map.get(key, 0).ok()?)))
+            .collect();
+        let in_slots = slot_counts::settled(&before, &slot_counts::read(&self.slots));
         let mut out = Vec::new();
-        for key in &keys {
-            let Ok(count) = self.map.get(key, 0) else {
-                continue; // removed meanwhile
-            };
+        for (key, count) in &table {
+            let count = slot_counts::with_held(*count, in_slots.held.get(key));
             let handed = self.handed_on.get(key).copied().unwrap_or(0);
             if count.repeats > handed {
                 let path = self.paths.get(&without_window(*key));
@@ -103,11 +117,14 @@ impl KernelRepeats {
                 ));
             }
             // Over for a whole window: no program still counts into it
-            // (one takes microseconds), so its count is final.
-            if key.window + 2 <= current && self.map.remove(key).is_ok() {
+            // (one takes microseconds), so its count is final, once no
+            // slot was handing it over meanwhile.
+            if key.window + 2 <= current && in_slots.may_close(key) && self.map.remove(key).is_ok()
+            {
                 self.handed_on.remove(key);
             } else {
-                self.handed_on.insert(*key, count.repeats);
+                // A slot left out this time is counted again later, whole.
+                self.handed_on.insert(*key, count.repeats.max(handed));
             }
         }
         let live: rustc_hash::FxHashSet<RepeatKey> =
@@ -116,6 +133,17 @@ impl KernelRepeats {
         self.paths
             .retain(|key, sent| live.contains(key) || sent.sent.elapsed() < keep_for);
         out
+    }
+}
+
+impl KernelRepeats {
+    /// Repeats counted under their thread's remembered key, on every CPU
+    /// (the short way, fold.rs).
+    pub fn folded_by_thread(&self) -> u64 {
+        slot_counts::read(&self.slots)
+            .iter()
+            .map(|slot| slot.by_thread)
+            .sum()
     }
 }
 

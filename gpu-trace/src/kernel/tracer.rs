@@ -12,7 +12,7 @@ use aya::{
 };
 use gpu_trace_common::{
     cgroup_mkdir, global, map, program, CgroupMkdirChain, CgroupPath, DeviceAccessEvent,
-    PolicyProgramsChain, ThreadLastFolded, V1DevicesChain,
+    PolicyProgramsChain, V1DevicesChain,
 };
 
 use crate::{
@@ -82,9 +82,6 @@ pub struct Tracer {
     lost_events: PerCpuArray<MapData, u64>,
     repeats: Option<KernelRepeats>,
     held_back: Option<HeldBack>,
-    /// Per CPU, the key its latest folded thread counted under (None
-    /// without folding): read for how many repeats were counted by it.
-    thread_last_folded: Option<PerCpuArray<MapData, ThreadLastFolded>>,
     lost_by_cgroup: LostByCgroup,
     hooks: Vec<Hook>,
     verdict_source: VerdictSource,
@@ -184,16 +181,15 @@ impl Tracer {
         unsafe { libc::malloc_trim(0) };
         let events = RingBuf::try_from(take_map(&mut ebpf, map::EVENTS)?)?;
         let lost_events = PerCpuArray::try_from(take_map(&mut ebpf, map::LOST_EVENTS)?)?;
-        let (repeats, held_back, thread_last_folded) = if config.fold_window.is_zero() {
-            (None, None, None)
+        let (repeats, held_back) = if config.fold_window.is_zero() {
+            (None, None)
         } else {
             let map = HashMap::try_from(take_map(&mut ebpf, map::REPEATS)?)?;
             let held = HashMap::try_from(take_map(&mut ebpf, map::HELD_BACK)?)?;
             let slots = PerCpuArray::try_from(take_map(&mut ebpf, map::THREAD_LAST_FOLDED)?)?;
             (
-                Some(KernelRepeats::new(map, config.fold_window)),
+                Some(KernelRepeats::new(map, slots, config.fold_window)),
                 Some(HeldBack::new(held, config.fold_window)),
-                Some(slots),
             )
         };
         let lost_by_cgroup = LostByCgroup::new(HashMap::try_from(take_map(
@@ -210,7 +206,6 @@ impl Tracer {
             lost_events,
             repeats,
             held_back,
-            thread_last_folded,
             lost_by_cgroup,
             hooks,
             verdict_source: device_hook.verdict_source(),
@@ -390,10 +385,9 @@ impl Tracer {
     /// (the short way, fold.rs): without a lookup of their cgroup and
     /// command name. 0 without folding.
     pub fn folded_by_thread(&self) -> u64 {
-        self.thread_last_folded
+        self.repeats
             .as_ref()
-            .and_then(|slots| slots.get(&0, 0).ok())
-            .map_or(0, |per_cpu| per_cpu.iter().map(|slot| slot.by_thread).sum())
+            .map_or(0, KernelRepeats::folded_by_thread)
     }
 
     /// Events the kernel side could not hand over because the ring buffer was full.
@@ -429,6 +423,8 @@ struct LoadSettings {
     policy_programs: PolicyProgramsChain,
     /// `gpu_trace_common::bench_cut`'s step: NONE outside the benchmark.
     bench_cut: u8,
+    /// Whether BPF has compare-and-exchange here (global::SLOT_COUNTS).
+    slot_counts: bool,
 }
 
 impl LoadSettings {
@@ -455,8 +451,17 @@ impl LoadSettings {
             cgroup_mkdir: cgroup_mkdir_chain::for_this_kernel(btf),
             policy_programs: policy_programs_chain::for_this_kernel(btf, notes),
             bench_cut: bench_cut::from_env(config.opens, notes)?,
+            slot_counts: bpf_has_compare_and_exchange(),
         })
     }
+}
+
+/// BPF's atomic instructions beyond the add came with 5.12; an older
+/// kernel's verifier refuses them (the slot's count is then left out, see
+/// gpu-trace-ebpf's slot_count.rs). A kernel whose version cannot be read
+/// is taken for an old one.
+fn bpf_has_compare_and_exchange() -> bool {
+    aya::util::KernelVersion::current().is_ok_and(|v| v >= aya::util::KernelVersion::new(5, 12, 0))
 }
 
 /// Where the saved user registers of a task are: `task_struct.stack`'s
@@ -562,6 +567,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         .override_global(bpf_log::LEVEL_GLOBAL, &config.bpf_log.in_kernel(), true)
         .override_global(global::DROP_RECORD_LEVEL, &config.bpf_log.in_kernel(), true)
         .override_global(global::BENCH_CUT, &settings.bench_cut, true)
+        .override_global(global::SLOT_COUNTS, &u8::from(settings.slot_counts), true)
         .load(TRACER_OBJECT)
         .context("loading gpu-trace's eBPF object")
 }

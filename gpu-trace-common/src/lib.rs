@@ -682,6 +682,9 @@ pub struct ThreadLastFolded {
     pub held_ns: u64,
     pub held_uid: u32,
     pub _pad: u32,
+    /// Repeats this CPU counted in `held`, never reset: how often the
+    /// slot's own count served (as `by_thread`, without an atomic).
+    pub in_slot: u64,
 }
 
 /// `ThreadLastFolded::held`: the assignment's low 31 bits, whether the

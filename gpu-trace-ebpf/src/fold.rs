@@ -161,6 +161,8 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
             // Its latest; the thread is the slot's.
             write_volatile(&raw mut (*slot).held_ns, boot_ns);
             write_volatile(&raw mut (*slot).held_uid, head.uid);
+            let in_slot = &raw mut (*slot).in_slot;
+            write_volatile(in_slot, read_volatile(in_slot) + 1);
         } else {
             // The lookup reads the key where it lies; the add waits until
             // the sequence shows nobody rewrote it meanwhile.

@@ -108,8 +108,9 @@ pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 pub static COMPAT_STATUS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
-/// 1 where BPF has compare-and-exchange (gpu_trace_common::global): known
-/// to the verifier, which then never sees that code on 5.10.
+/// 1 where BPF has compare-and-exchange (gpu_trace_common::global). Where
+/// it has not, that code never runs, and the loader turns its exchanges
+/// into adds, which older verifiers accept (kernel/without_atomics.rs).
 #[unsafe(no_mangle)]
 static SLOT_COUNTS: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]

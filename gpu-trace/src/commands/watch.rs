@@ -101,7 +101,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let tally = output.tally;
     sink.finish(); // every line written before the counts are read
     let lost = session.tracer.lost_events();
-    let by_thread = session.tracer.folded_by_thread();
+    let folded = (
+        session.tracer.folded_by_thread(),
+        session.tracer.folded_in_slot(),
+    );
     drop(session); // detach before the summary, which says so
     let otlp = otlp.map(|exporter| {
         let (sent, dropped) = exporter.finish();
@@ -111,7 +114,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         "gpu-trace: detached; events {}, denied {}, lost {lost}{}{}",
         tally.events,
         tally.denied,
-        trouble(&sink, &tally, by_thread),
+        trouble(&sink, &tally, folded),
         otlp.unwrap_or_default()
     );
     Ok(())
@@ -119,15 +122,15 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
 
 /// Output trouble for the summary, said only when there was some; and
 /// how many repeats the kernel folded, `by_thread` of them under their
-/// thread's remembered key.
-fn trouble(sink: &Sink, tally: &Tally, by_thread: u64) -> String {
+/// thread's remembered key, `in_slot` of those in their CPU's own count.
+fn trouble(sink: &Sink, tally: &Tally, (by_thread, in_slot): (u64, u64)) -> String {
     let mut trouble = String::new();
     if sink.unwritten() > 0 {
         trouble.push_str(&format!(", not written {}", sink.unwritten()));
     }
     if tally.folded_in_kernel > 0 {
         trouble.push_str(&format!(
-            ", folded in the kernel {} ({by_thread} by thread)",
+            ", folded in the kernel {} ({by_thread} by thread, {in_slot} in its CPU's own count)",
             tally.folded_in_kernel
         ));
     }

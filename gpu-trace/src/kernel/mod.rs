@@ -23,3 +23,4 @@ pub mod slot_counts;
 pub mod thread_identity;
 pub mod tracer;
 pub mod v1_devices_chain;
+pub mod without_atomics;

@@ -16,15 +16,22 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     host::clock::since_boot,
-    kernel::slot_counts,
+    kernel::slot_counts::{self, Slots},
     model::access::{DeviceAccess, VerdictSource},
 };
+
+/// Reads at the last collect, and the pause between two, while a slot's
+/// count is left out: a slot changes only while its CPU is denied.
+const LAST_READS: usize = 20;
+const BETWEEN_LAST_READS: Duration = Duration::from_millis(5);
 
 pub struct KernelRepeats {
     map: HashMap<MapData, RepeatKey, RepeatCount>,
     /// Each CPU's latest folded thread's key, and the repeats counted
     /// there and not yet handed to `map` (slot_counts.rs).
-    slots: PerCpuArray<MapData, ThreadLastFolded>,
+    slots: Slots,
+    /// Whether the programs count repeats in the slots (global::SLOT_COUNTS).
+    slot_counts: bool,
     /// Repeats already handed on, by key.
     handed_on: FxHashMap<RepeatKey, u64>,
     /// The path of each problem's latest sent event, by key without its
@@ -54,11 +61,13 @@ impl KernelRepeats {
     pub fn new(
         map: HashMap<MapData, RepeatKey, RepeatCount>,
         slots: PerCpuArray<MapData, ThreadLastFolded>,
+        slot_counts: bool,
         window: Duration,
     ) -> Self {
         Self {
             map,
-            slots,
+            slots: Slots::new(slots),
+            slot_counts,
             handed_on: FxHashMap::default(),
             paths: FxHashMap::default(),
             window,
@@ -94,18 +103,40 @@ impl KernelRepeats {
     }
 
     /// Each key's repeats since the last call, as (the latest repeat, how
-    /// many).
-    pub fn collect(&mut self, verdict_from: VerdictSource) -> Vec<(DeviceAccess, u64)> {
+    /// many). The last call (`last`) reads again, a few times, while a
+    /// slot's count was left out (slot_counts.rs): nothing follows it.
+    pub fn collect(&mut self, verdict_from: VerdictSource, last: bool) -> Vec<(DeviceAccess, u64)> {
+        let mut out = Vec::new();
+        for _ in 0..LAST_READS {
+            let whole = self.collect_once(verdict_from, &mut out);
+            if whole || !last {
+                break;
+            }
+            std::thread::sleep(BETWEEN_LAST_READS);
+        }
+        out
+    }
+
+    /// One read of the table and the slots around it; whether no slot's
+    /// count was left out.
+    fn collect_once(
+        &mut self,
+        verdict_from: VerdictSource,
+        out: &mut Vec<(DeviceAccess, u64)>,
+    ) -> bool {
         let current = since_boot().as_nanos() as u64 / self.window_ns();
-        let before = slot_counts::read_before(&self.slots);
+        let before = self.slot_counts.then(|| self.slots.before());
         let keys: Vec<RepeatKey> = self.map.keys().filter_map(Result::ok).collect();
-        // removed meanwhile: skipped
+        // A key removed meanwhile is skipped.
         let table: Vec<(RepeatKey, RepeatCount)> = keys
             .iter()
             .filter_map(|key| Some((*key, self.map.get(key, 0).ok()?)))
             .collect();
-        let in_slots = slot_counts::settled(&before, &slot_counts::read(&self.slots));
-        let mut out = Vec::new();
+        let in_slots = match before {
+            Some(before) => slot_counts::settled(before.as_deref(), self.slots.read().as_deref()),
+            // The programs count nothing there.
+            None => slot_counts::Settled::default(),
+        };
         for (key, count) in &table {
             let count = slot_counts::with_held(*count, in_slots.held.get(key));
             let handed = self.handed_on.get(key).copied().unwrap_or(0);
@@ -118,7 +149,7 @@ impl KernelRepeats {
             }
             // Over for a whole window: no program still counts into it
             // (one takes microseconds), so its count is final, once no
-            // slot was handing it over meanwhile.
+            // slot may still hand repeats to it.
             if key.window + 2 <= current && in_slots.may_close(key) && self.map.remove(key).is_ok()
             {
                 self.handed_on.remove(key);
@@ -132,7 +163,7 @@ impl KernelRepeats {
         let keep_for = 2 * self.window;
         self.paths
             .retain(|key, sent| live.contains(key) || sent.sent.elapsed() < keep_for);
-        out
+        in_slots.whole()
     }
 }
 
@@ -140,10 +171,13 @@ impl KernelRepeats {
     /// Repeats counted under their thread's remembered key, on every CPU
     /// (the short way, fold.rs).
     pub fn folded_by_thread(&self) -> u64 {
-        slot_counts::read(&self.slots)
-            .iter()
-            .map(|slot| slot.by_thread)
-            .sum()
+        self.slots.by_thread()
+    }
+
+    /// Of those, the repeats counted in their CPU's own count, where BPF
+    /// has compare-and-exchange (slot_count.rs).
+    pub fn folded_in_slot(&self) -> u64 {
+        self.slots.in_slot()
     }
 }
 

@@ -30,7 +30,7 @@ use crate::{
         open_route::{self, OpenRoute, OpensChoice},
         policy_programs_chain,
         repeats::KernelRepeats,
-        thread_identity, v1_devices_chain,
+        thread_identity, v1_devices_chain, without_atomics,
     },
     model::{
         access::{DeviceAccess, VerdictSource},
@@ -41,6 +41,11 @@ use crate::{
 /// The tracer object, built from gpu-trace-ebpf by build.rs.
 static TRACER_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-tracer"));
+
+#[cfg(test)]
+pub(crate) fn tracer_object() -> &'static [u8] {
+    TRACER_OBJECT
+}
 
 /// Events handed over per `drain` call before the caller gets control back.
 pub const DRAIN_BATCH: usize = 4096;
@@ -127,6 +132,7 @@ impl Tracer {
         let mut notes = Vec::new();
         let settings = LoadSettings::for_this_kernel(config, &mut notes)?;
         let pt_regs_offset = settings.pt_regs_offset;
+        let slot_counts = settings.slot_counts;
         let mut btf = LazyBtf::default();
         let (mut ebpf, device_hook, refused) = load_device_hook(config, settings, &mut btf)?;
         let mut hooks = refused;
@@ -188,7 +194,12 @@ impl Tracer {
             let held = HashMap::try_from(take_map(&mut ebpf, map::HELD_BACK)?)?;
             let slots = PerCpuArray::try_from(take_map(&mut ebpf, map::THREAD_LAST_FOLDED)?)?;
             (
-                Some(KernelRepeats::new(map, slots, config.fold_window)),
+                Some(KernelRepeats::new(
+                    map,
+                    slots,
+                    slot_counts,
+                    config.fold_window,
+                )),
                 Some(HeldBack::new(held, config.fold_window)),
             )
         };
@@ -367,12 +378,13 @@ impl Tracer {
     }
 
     /// What the kernel counted rather than sent since the last call (no
-    /// repeats and nothing held back without a fold window).
-    pub fn counted_in_kernel(&mut self) -> CountedInKernel {
+    /// repeats and nothing held back without a fold window); `last` before
+    /// the tracer stops (see KernelRepeats::collect).
+    pub fn counted_in_kernel(&mut self, last: bool) -> CountedInKernel {
         let verdict_source = self.verdict_source;
         let mut counted = CountedInKernel::default();
         if let Some(repeats) = &mut self.repeats {
-            counted.repeats = repeats.collect(verdict_source);
+            counted.repeats = repeats.collect(verdict_source, last);
         }
         if let Some(held) = &mut self.held_back {
             counted.held_back = held.collect(verdict_source);
@@ -388,6 +400,14 @@ impl Tracer {
         self.repeats
             .as_ref()
             .map_or(0, KernelRepeats::folded_by_thread)
+    }
+
+    /// Of those, the repeats counted in their CPU's own count (0 before
+    /// 5.12, and without folding).
+    pub fn folded_in_slot(&self) -> u64 {
+        self.repeats
+            .as_ref()
+            .map_or(0, KernelRepeats::folded_in_slot)
     }
 
     /// Events the kernel side could not hand over because the ring buffer was full.
@@ -519,6 +539,13 @@ fn compat_status(btf: Result<&KernelBtf, &str>, notes: &mut Vec<String>) -> u32 
 /// Parses the object and creates its maps, with the settings baked in as
 /// read-only globals; programs are loaded one by one afterwards.
 fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result<Ebpf> {
+    let patched;
+    let object = if settings.slot_counts {
+        TRACER_OBJECT
+    } else {
+        patched = without_atomics::without_atomics(TRACER_OBJECT)?.0;
+        patched.bytes()
+    };
     let mut loader = EbpfLoader::new();
     let chain = settings.policy_programs.fields();
     for (name, offset) in global::POLICY_PROGRAMS_CHAIN.iter().zip(&chain) {
@@ -568,7 +595,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
         .override_global(global::DROP_RECORD_LEVEL, &config.bpf_log.in_kernel(), true)
         .override_global(global::BENCH_CUT, &settings.bench_cut, true)
         .override_global(global::SLOT_COUNTS, &u8::from(settings.slot_counts), true)
-        .load(TRACER_OBJECT)
+        .load(object)
         .context("loading gpu-trace's eBPF object")
 }
 

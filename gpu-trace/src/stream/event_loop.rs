@@ -87,7 +87,7 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
                     session.drain(DRAIN_BATCH, output);
                     output.flush()?;
                     session.tracer.flush_bpf_log();
-                    session.admit_repeats(output);
+                    session.admit_repeats(output, false);
                     output.tick(session)?;
                     if follow_drivers {
                         if let Err(e) = driver_majors.tick(&mut session.tracer, &mut session.pipeline.enricher) {
@@ -114,7 +114,7 @@ pub async fn event_loop<O: Output, C: Controls<O>>(
             }
         };
         session.drain(RING_CAPACITY_EVENTS, output);
-        session.admit_repeats(output);
+        session.admit_repeats(output, true);
         output.finish()?;
         Ok(outcome)
     }

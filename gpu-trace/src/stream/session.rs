@@ -43,9 +43,9 @@ impl Session {
 
     /// What the kernel counted rather than sent, each one record with its
     /// count: repeats, and problems held back past their cgroup's budget;
-    /// then the events lost, by cgroup.
-    pub fn admit_repeats(&mut self, output: &mut impl Output) {
-        let counted = self.tracer.counted_in_kernel();
+    /// then the events lost, by cgroup. `last` before the tracer stops.
+    pub fn admit_repeats(&mut self, output: &mut impl Output, last: bool) {
+        let counted = self.tracer.counted_in_kernel(last);
         let repeats = counted
             .repeats
             .into_iter()

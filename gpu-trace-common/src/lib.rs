@@ -714,6 +714,20 @@ pub mod held {
     pub fn count(held: u64) -> u64 {
         held & COUNT_LIMIT
     }
+
+    /// The assignment `held` counts for (its low 31 bits).
+    #[inline(always)]
+    pub fn tag(held: u64) -> u64 {
+        held >> TAG_SHIFT
+    }
+
+    /// Whether `held` is tagged with `assignment` (armed or not): false
+    /// from the hand-over's exchange until the slot's assignment is
+    /// rewritten after it.
+    #[inline(always)]
+    pub fn tagged(held: u64, assignment: u64) -> bool {
+        tag(held) == tag(unarmed(assignment))
+    }
 }
 
 /// One cgroup in one fold window (`RepeatKey::window`).

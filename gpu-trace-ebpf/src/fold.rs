@@ -286,6 +286,8 @@ fn remember_key_for_thread(head: &EventHead, key: &RepeatKey, generation: u64) {
             return;
         }
         if slot_counts() {
+            // The hand-over first, then the assignment, then the key: the
+            // order userspace's reading of the slots relies on.
             let assignment = slot_count::hand_over(slot);
             write_volatile(&raw mut (*slot).assignment, assignment);
         }

@@ -7,11 +7,12 @@
 //! for (the slot's assignment), so a repeat's add is one compare-and-exchange
 //! that fails once the slot has taken another key, even from a program
 //! preempted between its compare and its add. Taking another key exchanges
-//! `held` for the new tag and hands the old count to REPEATS, inside the
-//! slot's sequence: userspace, reading a slot before and after the table,
-//! counts it in one place or the other, never both. A slot counts only once
-//! its key is known to be in REPEATS (armed): nothing is counted for a first
-//! that was lost.
+//! `held` for the next tag, adds the old count to REPEATS, and only then
+//! writes the next assignment and key (fold.rs): userspace, comparing a
+//! slot's tag before and after it reads the table, counts each repeat in
+//! one place or the other, never both (gpu-trace's kernel/slot_counts.rs).
+//! A slot counts only once its key is known to be in REPEATS (armed):
+//! nothing is counted for a first that was lost.
 
 use core::{
     intrinsics::{atomic_cxchg, atomic_xadd, atomic_xchg, AtomicOrdering},

@@ -125,7 +125,7 @@ impl KernelRepeats {
         out: &mut Vec<(DeviceAccess, u64)>,
     ) -> bool {
         let current = since_boot().as_nanos() as u64 / self.window_ns();
-        let before = self.slot_counts.then(|| self.slots.before());
+        let before = self.slot_counts.then(|| self.slots.read());
         let keys: Vec<RepeatKey> = self.map.keys().filter_map(Result::ok).collect();
         // A key removed meanwhile is skipped.
         let table: Vec<(RepeatKey, RepeatCount)> = keys

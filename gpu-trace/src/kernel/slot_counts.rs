@@ -2,131 +2,66 @@
 //! slot_count.rs) and has not yet handed to the repeats table: read before
 //! and after the table, so that each is counted once.
 //!
-//! A CPU hands its count over inside its slot's sequence (odd meanwhile).
-//! Where a slot reads even, and the same, before and after the table was
-//! read, no hand-over happened in between: its count is not in the table
-//! and is added (settled). Where it changed, its count may be in the table
-//! or not: it is left out this time, to be counted by a later read.
+//! A slot takes another key in this order: it exchanges its count for the
+//! next assignment's tag, adds the count to the table, then writes the
+//! next assignment and the next key. So where a slot's tag is the same in
+//! the copy before the table's read and the copy after, no hand-over
+//! happened in between, and the count before is not in the table: it is
+//! added (settled). Where the tag changed, or a copy's tag is not its
+//! assignment's (a hand-over under way, its add perhaps still to come), the
+//! count is left out this time, to be counted by a later read; the slot's
+//! other writes (the remembered tick, the latest repeat) change no tag.
 //!
 //! A key is closed (removed from the table) only when no slot may still
-//! hand repeats to it: none holds any of it, none changed around the read
-//! while holding it, and none was mid-write at every read without a copy
-//! from before that tells which key it was handing over.
-
-use std::time::Duration;
+//! hand repeats to it: none holds any of it, and none was handing it over
+//! or changed its tag around the read.
 
 use aya::maps::{MapData, PerCpuArray};
 use gpu_trace_common::{held, RepeatCount, RepeatKey, ThreadLastFolded, SYSCALL_NONE};
 use rustc_hash::{FxHashMap, FxHashSet};
-
-/// Reads of the slots before the table's, to find each one even, and the
-/// pause between two (a writer preempted mid-write gets to finish).
-const READS_BEFORE: usize = 8;
-const BETWEEN_READS: Duration = Duration::from_micros(200);
 
 /// What the slots add to the table, from one read before and one after.
 #[derive(Default)]
 pub struct Settled {
     /// Each key's repeats held in settled slots, with the latest of them.
     pub held: FxHashMap<RepeatKey, RepeatCount>,
-    /// Keys not to be closed this time: a slot changed around the table's
-    /// read (its count may be in the table or not), or still holds repeats
-    /// of it (their hand-over must find the key, not another's that took
-    /// its place in the table).
+    /// Keys not to be closed this time: a slot still holds repeats of one
+    /// (their hand-over must find the key, not another's that took its
+    /// place in the preallocated table), or was handing it over.
     pub open: FxHashSet<RepeatKey>,
-    /// A slot was being written at every read before, and which key it was
-    /// handing over is unknown: no key may be closed.
-    pub unknown: bool,
-    /// A slot's count was left out this time (it changed around the table's
-    /// read): the next read counts it.
+    /// A slot's count was left out this time (a hand-over around the
+    /// table's read): a later read counts it.
     pub left_out: bool,
+    /// The slots could not be read: no key may be closed.
+    pub unread: bool,
 }
 
 impl Settled {
     /// Whether `key`'s count, the table's and these, is whole and stays so.
     pub fn may_close(&self, key: &RepeatKey) -> bool {
-        !self.unknown && !self.open.contains(key)
+        !self.unread && !self.open.contains(key)
     }
 
-    /// Whether every slot was settled: nothing left out this time.
+    /// Whether no slot's count was left out.
     pub fn whole(&self) -> bool {
-        !self.unknown && !self.left_out
+        !self.unread && !self.left_out
     }
 }
 
-/// One CPU's slot as read before the table.
-#[derive(Clone, Copy)]
-pub enum Before {
-    /// Read even: not being written.
-    Even(ThreadLastFolded),
-    /// Odd at every read, one write past the last even copy: handing over
-    /// that copy's key, if anything.
-    HandingOver(ThreadLastFolded),
-    /// Odd at every read, with no even copy to tell its key.
-    Unknown,
-}
-
-/// The slots of every CPU and what was last read of each.
+/// The slots of every CPU.
 pub struct Slots {
     map: PerCpuArray<MapData, ThreadLastFolded>,
-    last_even: Vec<Option<ThreadLastFolded>>,
 }
 
 impl Slots {
     pub fn new(map: PerCpuArray<MapData, ThreadLastFolded>) -> Self {
-        Self {
-            map,
-            last_even: Vec::new(),
-        }
+        Self { map }
     }
 
     /// Each CPU's slot, in order; None if the map cannot be read.
     pub fn read(&self) -> Option<Vec<ThreadLastFolded>> {
         let per_cpu = self.map.get(&0, 0).ok()?;
         Some(per_cpu.iter().copied().collect())
-    }
-
-    /// Each CPU's slot as first read even in up to READS_BEFORE reads; None
-    /// if the map cannot be read.
-    pub fn before(&mut self) -> Option<Vec<Before>> {
-        let mut found: Vec<Option<ThreadLastFolded>> = Vec::new();
-        let mut odd: Vec<u64> = Vec::new();
-        for read in 0..READS_BEFORE {
-            if read > 0 {
-                std::thread::sleep(BETWEEN_READS);
-            }
-            let now = self.read()?;
-            found.resize(now.len(), None);
-            odd.resize(now.len(), 0);
-            for ((kept, odd), slot) in found.iter_mut().zip(&mut odd).zip(now) {
-                if kept.is_some() {
-                    continue;
-                }
-                if slot.sequence % 2 == 0 {
-                    *kept = Some(slot);
-                } else {
-                    *odd = slot.sequence;
-                }
-            }
-            if found.iter().all(Option::is_some) {
-                break;
-            }
-        }
-        self.last_even.resize(found.len(), None);
-        let before = found
-            .iter()
-            .zip(&odd)
-            .zip(&mut self.last_even)
-            .map(|((found, &odd), last)| match (found, *last) {
-                (Some(slot), _) => {
-                    *last = Some(*slot);
-                    Before::Even(*slot)
-                }
-                (None, Some(even)) if even.sequence + 1 == odd => Before::HandingOver(even),
-                (None, _) => Before::Unknown,
-            })
-            .collect();
-        Some(before)
     }
 
     /// Repeats counted under their thread's remembered key, on every CPU
@@ -154,34 +89,29 @@ fn holds(slot: &ThreadLastFolded) -> Option<RepeatKey> {
     (held::count(slot.held) != 0 && held::armed_for(slot.held, slot.assignment)).then_some(slot.key)
 }
 
+/// Whether `slot` was copied in a hand-over: its count exchanged away, the
+/// add to the table perhaps still to come, its key still the one handed.
+fn handing_over(slot: &ThreadLastFolded) -> bool {
+    !held::tagged(slot.held, slot.assignment)
+}
+
 /// What the slots hold that the table, read between `before` and `after`,
-/// does not (either read None: nothing known, nothing closed).
-pub fn settled(before: Option<&[Before]>, after: Option<&[ThreadLastFolded]>) -> Settled {
+/// does not (either unread: nothing known, nothing closed).
+pub fn settled(before: Option<&[ThreadLastFolded]>, after: Option<&[ThreadLastFolded]>) -> Settled {
     let mut out = Settled::default();
     let (Some(before), Some(after)) = (before, after) else {
-        out.unknown = true;
+        out.unread = true;
         return out;
     };
-    out.open.extend(after.iter().filter_map(holds));
-    for (cpu, first) in before.iter().enumerate() {
-        let first = match first {
-            Before::Even(first) => first,
-            Before::HandingOver(last) => {
-                out.open.insert(last.key);
-                out.left_out = true;
-                continue;
-            }
-            Before::Unknown => {
-                out.unknown = true;
-                continue;
-            }
-        };
-        let then = after.get(cpu);
-        if then.is_none_or(|then| then.sequence != first.sequence) {
-            // Handing over the first's key, or holding the next's already.
+    for (first, then) in before.iter().zip(after) {
+        out.open.extend(holds(then));
+        if handing_over(then) {
+            out.open.insert(then.key);
+        }
+        if handing_over(first) || held::tag(first.held) != held::tag(then.held) {
             out.open.insert(first.key);
-            out.open.extend(then.map(|then| then.key));
-            out.left_out = true;
+            out.open.insert(then.key);
+            out.left_out |= holds(first).is_some() || handing_over(first);
             continue;
         }
         let Some(key) = holds(first) else {
@@ -252,14 +182,14 @@ mod tests {
         held::unarmed(assignment) | held::ARMED | count
     }
 
-    fn between(before: &[Before], after: &[ThreadLastFolded]) -> Settled {
+    fn between(before: &[ThreadLastFolded], after: &[ThreadLastFolded]) -> Settled {
         settled(Some(before), Some(after))
     }
 
     #[test]
     fn a_settled_armed_slot_adds_its_count_and_latest_and_keeps_its_key() {
         let s = slot(4, 1, 3, armed(3, 5));
-        let out = between(&[Before::Even(s)], &[s]);
+        let out = between(&[s], &[s]);
         let count = out.held[&key(1)];
         assert_eq!(
             (
@@ -276,22 +206,31 @@ mod tests {
     }
 
     #[test]
-    fn an_unarmed_slot_or_one_of_another_assignment_adds_nothing_and_closes_freely() {
-        let unarmed = slot(4, 1, 3, held::unarmed(3));
-        let stale = slot(4, 2, 4, armed(3, 5));
-        let out = between(
-            &[Before::Even(unarmed), Before::Even(stale)],
-            &[unarmed, stale],
-        );
-        assert!(out.held.is_empty());
-        assert!(out.may_close(&key(1)) && out.may_close(&key(2)));
+    fn the_remembered_tick_or_more_repeats_around_the_read_leave_it_settled() {
+        // The tick's rewrite moves the sequence on; repeats raise the count.
+        let first = slot(4, 1, 3, armed(3, 5));
+        let then = slot(6, 1, 3, armed(3, 9));
+        let out = between(&[first], &[then]);
+        assert_eq!(out.held[&key(1)].repeats, 5);
+        assert!(out.whole());
     }
 
     #[test]
-    fn a_slot_that_changed_around_the_table_adds_nothing_and_keeps_both_keys_open() {
+    fn an_unarmed_slot_or_one_of_another_assignment_adds_nothing_and_closes_freely() {
+        let unarmed = slot(4, 1, 3, held::unarmed(3));
+        let other = slot(4, 2, 4, armed(3, 5));
+        let out = between(&[unarmed], &[unarmed]);
+        assert!(out.held.is_empty() && out.may_close(&key(1)));
+        // A tag not its assignment's: copied mid hand-over.
+        let out = between(&[other], &[other]);
+        assert!(out.held.is_empty() && !out.may_close(&key(2)) && !out.whole());
+    }
+
+    #[test]
+    fn a_hand_over_around_the_read_adds_nothing_and_keeps_both_keys_open() {
         let first = slot(4, 1, 3, armed(3, 5));
         let then = slot(6, 2, 4, held::unarmed(4));
-        let out = between(&[Before::Even(first)], &[then]);
+        let out = between(&[first], &[then]);
         assert!(out.held.is_empty());
         assert!(!out.whole());
         assert!(!out.may_close(&key(1)));
@@ -300,18 +239,17 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_handing_over_keeps_only_that_key_open() {
-        let last = slot(4, 1, 3, armed(3, 5));
-        let out = between(&[Before::HandingOver(last)], &[slot(6, 2, 4, 0)]);
-        assert!(!out.whole());
+    fn a_hand_over_under_way_after_keeps_its_key_open() {
+        // Exchanged (the next tag), the add perhaps still to come, the key
+        // and assignment not yet rewritten.
+        let first = slot(4, 1, 3, held::unarmed(3));
+        let then = slot(5, 1, 3, held::unarmed(4));
+        let out = between(&[first], &[then]);
         assert!(!out.may_close(&key(1)));
-        assert!(out.may_close(&key(2)));
     }
 
     #[test]
-    fn a_slot_never_read_even_or_an_unread_map_keeps_every_key_open() {
-        let out = between(&[Before::Unknown], &[slot(5, 1, 3, 0)]);
-        assert!(!out.may_close(&key(9)));
+    fn unread_slots_keep_every_key_open() {
         assert!(!settled(None, Some(&[])).may_close(&key(9)));
         assert!(!settled(Some(&[]), None).may_close(&key(9)));
     }
@@ -324,7 +262,7 @@ mod tests {
             held_uid: 7,
             ..slot(8, 1, 9, armed(9, 4))
         };
-        let out = between(&[Before::Even(a), Before::Even(b)], &[a, b]);
+        let out = between(&[a, b], &[a, b]);
         let table = RepeatCount {
             repeats: 10,
             last_ns: 1000,

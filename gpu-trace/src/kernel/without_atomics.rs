@@ -20,6 +20,9 @@ const SIZE_W: u8 = 0x00;
 const SIZE_DW: u8 = 0x18;
 /// `BPF_ADD` without `BPF_FETCH`: the one atomic operation of 5.10.
 const ATOMIC_ADD: i32 = 0x00;
+/// `BPF_CMPXCHG` and `BPF_XCHG`, the operations slot_count.rs uses.
+const COMPARE_AND_EXCHANGE: i32 = 0xf1;
+const EXCHANGE: i32 = 0xe1;
 const INSTRUCTION_LEN: usize = 8;
 
 /// An object's bytes, aligned as the ELF reader needs them.
@@ -75,15 +78,17 @@ pub fn without_atomics(object: &[u8]) -> anyhow::Result<(AlignedObject, usize)> 
             .get_mut(start..start + len)
             .context("a code section past the object's end")?;
         for instruction in code.chunks_exact_mut(INSTRUCTION_LEN) {
-            changed += usize::from(made_add(instruction));
+            changed += usize::from(made_add(instruction)?);
         }
     }
     Ok((copy, changed))
 }
 
-/// Turns one instruction, if an atomic other than the add, into the add.
-/// (The second half of a 16-byte load has opcode 0: never taken for one.)
-fn made_add(instruction: &mut [u8]) -> bool {
+/// Turns one instruction, if an exchange, into the add. Any other atomic
+/// but the add (a fetching one, say) would run on those kernels: refused
+/// here rather than changed. (The second half of a 16-byte load has
+/// opcode 0: never taken for one.)
+fn made_add(instruction: &mut [u8]) -> anyhow::Result<bool> {
     let opcode = instruction[0];
     let size = opcode & SIZE_MASK;
     let atomic = opcode & !SIZE_MASK == STX_ATOMIC && (size == SIZE_W || size == SIZE_DW);
@@ -94,10 +99,14 @@ fn made_add(instruction: &mut [u8]) -> bool {
         instruction[7],
     ]);
     if !atomic || imm == ATOMIC_ADD {
-        return false;
+        return Ok(false);
     }
+    anyhow::ensure!(
+        imm == COMPARE_AND_EXCHANGE || imm == EXCHANGE,
+        "the tracer object has an atomic operation {imm:#x} that kernels before 5.12 lack"
+    );
     instruction[4..8].copy_from_slice(&ATOMIC_ADD.to_le_bytes());
-    true
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -118,7 +127,7 @@ mod tests {
             (XCHG, [0xdb, 0x26, 0x60, 0x00, 0, 0, 0, 0]),
         ] {
             let mut instruction = before;
-            assert!(made_add(&mut instruction));
+            assert!(made_add(&mut instruction).expect("an exchange"));
             assert_eq!(instruction, after);
         }
     }
@@ -133,9 +142,16 @@ mod tests {
             [0x7b, 0x1a, 0xf8, 0xff, 0, 0, 0, 0],
         ] {
             let mut instruction = before;
-            assert!(!made_add(&mut instruction));
+            assert!(!made_add(&mut instruction).expect("no atomic to change"));
             assert_eq!(instruction, before);
         }
+    }
+
+    #[test]
+    fn a_fetching_add_is_refused_not_changed() {
+        // `r1 = atomic_fetch_add((u64 *)(r6 + 16), r1)`.
+        let mut instruction = [0xdb, 0x16, 0x10, 0x00, 0x01, 0x00, 0x00, 0x00];
+        assert!(made_add(&mut instruction).is_err());
     }
 
     #[test]

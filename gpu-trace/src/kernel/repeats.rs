@@ -140,12 +140,10 @@ impl KernelRepeats {
         for (key, count) in &table {
             let count = slot_counts::with_held(*count, in_slots.held.get(key));
             let handed = self.handed_on.get(key).copied().unwrap_or(0);
-            if count.repeats > handed {
+            let (new, handed) = newly_counted(count.repeats, handed);
+            if new > 0 {
                 let path = self.paths.get(&without_window(*key));
-                out.push((
-                    access_of(key, &count, path, verdict_from),
-                    count.repeats - handed,
-                ));
+                out.push((access_of(key, &count, path, verdict_from), new));
             }
             // Over for a whole window: no program still counts into it
             // (one takes microseconds), so its count is final, once no
@@ -154,8 +152,7 @@ impl KernelRepeats {
             {
                 self.handed_on.remove(key);
             } else {
-                // A slot left out this time is counted again later, whole.
-                self.handed_on.insert(*key, count.repeats.max(handed));
+                self.handed_on.insert(*key, handed);
             }
         }
         let live: rustc_hash::FxHashSet<RepeatKey> =
@@ -179,6 +176,14 @@ impl KernelRepeats {
     pub fn folded_in_slot(&self) -> u64 {
         self.slots.in_slot()
     }
+}
+
+/// A key's repeats not yet handed on, of `total` read now with `handed`
+/// handed on before, and what has been handed on after. A total read short
+/// (a slot's count left out this time, slot_counts.rs) hands on nothing
+/// and forgets nothing: the next read, whole again, hands on the rest.
+fn newly_counted(total: u64, handed: u64) -> (u64, u64) {
+    (total.saturating_sub(handed), total.max(handed))
 }
 
 fn without_window(key: RepeatKey) -> RepeatKey {
@@ -232,4 +237,22 @@ fn access_of(
         path: path_bytes,
     };
     DeviceAccess::decode(&event, verdict_from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newly_counted;
+
+    #[test]
+    fn a_total_read_short_hands_on_nothing_and_the_next_read_the_rest() {
+        let mut handed = 0;
+        let mut sum = 0;
+        // Whole, short (a slot left out), whole again, then unchanged.
+        for total in [10, 7, 15, 15] {
+            let (new, now) = newly_counted(total, handed);
+            sum += new;
+            handed = now;
+        }
+        assert_eq!((sum, handed), (15, 15));
+    }
 }

@@ -154,6 +154,9 @@ pub mod global {
         "POLICY_PROG_AUX",
         "POLICY_AUX_ID",
     ];
+    /// `TaskUidChain`, from the kernel's BTF where the device hooks get
+    /// their task typed; all 0 where they do not.
+    pub const TASK_UID_CHAIN: &str = "TASK_UID_CHAIN";
     /// The fold window in ns: repeats of a problem within it are counted in
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
@@ -180,12 +183,12 @@ pub mod bench_cut {
     /// After the verdict and the checks that the device is watched and the
     /// process followed.
     pub const VERDICT: u8 = 2;
-    /// After the thread id, the uid and the identity generation.
+    /// After the thread id and the identity generation.
     pub const IDENTITY: u8 = 3;
     /// After a repeat's short way compared the thread's remembered key,
-    /// before its lookup and add.
+    /// before its uid, lookup and add.
     pub const SHORT_WAY: u8 = 4;
-    /// A first sighting, after the clock and the cgroup.
+    /// A first sighting, after the short way missed, the uid, the clock and the cgroup.
     pub const CLOCK_AND_CGROUP: u8 = 5;
     /// After the command name, the key and its lookup.
     pub const COMMAND_AND_KEY: u8 = 6;
@@ -415,6 +418,18 @@ pub struct V1DevicesChain {
     pub css_cgroup: u32,
     pub cgroup_kn: u32,
     pub kn_id: u32,
+}
+
+/// Where the running task's uid lies: `task_struct.cred`, then `cred.uid`.
+/// The device hooks read it with two loads the verifier checks against the
+/// kernel's BTF, where bpf_get_current_uid_gid maps it through the initial
+/// user namespace (which maps every uid to itself). `task_cred` 0: the
+/// helper is called instead.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskUidChain {
+    pub task_cred: u32,
+    pub cred_uid: u32,
 }
 
 /// Where, in this kernel's memory, the device programs in force on a
@@ -805,6 +820,8 @@ mod user {
     unsafe impl aya::Pod for super::DropRecordBudget {}
     // SAFETY: repr(C), five u32, no padding.
     unsafe impl aya::Pod for super::V1DevicesChain {}
+    // SAFETY: repr(C), two u32, no padding.
+    unsafe impl aya::Pod for super::TaskUidChain {}
     // SAFETY: repr(C), four u32, no padding.
     unsafe impl aya::Pod for super::CgroupMkdirChain {}
 }

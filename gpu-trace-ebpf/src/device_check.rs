@@ -3,8 +3,7 @@
 //! call in flight on this thread, or reported at once outside one.
 
 use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
-    bpf_ktime_get_boot_ns,
+    bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_boot_ns,
 };
 use gpu_trace_common::{
     bench_cut as cut, DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
@@ -14,7 +13,9 @@ use gpu_trace_common::{
 };
 
 use crate::{
-    bench_cut, events, fold,
+    bench_cut,
+    current_uid::current_uid,
+    events, fold,
     maps::{
         current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
     },
@@ -148,7 +149,7 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
         FLAG_HAS_SYSCALL | FLAG_DEVICE_SEEN,
         PROGRAM_OPEN_FUNCTION_EXIT,
     );
-    if !fold::counted_in_slot(slot, &head, generation) {
+    if !fold::counted_in_slot(slot, &ShortWayHead(&head), generation) {
         return false;
     }
     // SAFETY: this thread's own entry; only this thread, running here,
@@ -174,7 +175,7 @@ fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool) {
         // SAFETY: helpers without arguments.
         call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
         call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-        call.uid = bpf_get_current_uid_gid() as u32;
+        call.uid = current_uid();
         call.seen |= SEEN_WATCHED;
     }
 }
@@ -205,9 +206,8 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
     false
 }
 
-/// `check`'s head as a repeat's short way compares it: the time and the
-/// cgroup not read (0; the clock source is the dearest helper a repeat
-/// would call), the thread and its uid read.
+/// `check`'s head as a repeat's short way compares it (see ShortWayHead):
+/// the thread read, the time, cgroup and uid not yet.
 #[inline(always)]
 fn head_for_short_way(
     check: &DeviceCheck,
@@ -217,17 +217,48 @@ fn head_for_short_way(
     program: u32,
 ) -> EventHead {
     EventHead {
-        boot_ns: 0,
-        cgroup_id: 0,
+        // Not read yet: ShortWayHead tells the short way 0, the long way
+        // reads them. (Zeros here, side by side, LLVM makes into a call
+        // to memset, a BPF function call per repeat.)
+        boot_ns: pid_tgid,
+        cgroup_id: pid_tgid,
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
-        uid: bpf_get_current_uid_gid() as u32,
+        uid: pid_tgid as u32,
         device: check.device,
         hook_verdict: check.verdict,
         syscall_ret,
         syscall: SYSCALL_NONE,
         flags,
         program,
+    }
+}
+
+/// A short way's head: its time and cgroup unread (0: the tick tells the
+/// window, the identity generation vouches for the cgroup; the clock
+/// source is the dearest helper a repeat would call), its uid read for a
+/// repeat alone.
+struct ShortWayHead<'a>(&'a EventHead);
+
+impl fold::Sighting for ShortWayHead<'_> {
+    #[inline(always)]
+    fn head(&self) -> &EventHead {
+        self.0
+    }
+
+    #[inline(always)]
+    fn boot_ns(&self) -> u64 {
+        0
+    }
+
+    #[inline(always)]
+    fn cgroup_id(&self) -> u64 {
+        0
+    }
+
+    #[inline(always)]
+    fn uid(&self) -> u32 {
+        current_uid()
     }
 }
 
@@ -241,16 +272,18 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     let pid_tgid = bpf_get_current_pid_tgid();
     // Before the cgroup and the command name are read (see fold.rs).
     let generation = fold::identity_generation();
-    // The time and cgroup are read below, unless this is a repeat the
-    // thread's key counts.
+    // The time, cgroup and uid are read below, unless this is a repeat
+    // the thread's key counts.
     let mut head = head_for_short_way(check, pid_tgid, 0, FLAG_DEVICE_SEEN, check.program);
     if bench_cut::after(cut::IDENTITY) {
         return;
     }
-    // A retry storm's repeat ends here, before the cgroup and command name.
-    if fold::counted_as_thread_repeat(&head, generation) {
+    // A retry storm's repeat ends here, before the cgroup and command name
+    // (and the uid once it matched, for the count's latest).
+    if fold::counted_as_thread_repeat(&ShortWayHead(&head), generation) {
         return;
     }
+    head.uid = current_uid();
     // SAFETY: helpers without arguments.
     head.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
     head.cgroup_id = unsafe { bpf_get_current_cgroup_id() };

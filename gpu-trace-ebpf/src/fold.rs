@@ -94,14 +94,43 @@ pub fn identity_generation() -> u64 {
         .map_or(0, |generation| unsafe { read_volatile(generation) })
 }
 
-/// True when `head` repeats the problem its thread last had folded on this
-/// CPU, in the same window, under the same `generation`: counted under
+/// What a repeat's short way compares with its thread's remembered key:
+/// a head whose time and cgroup may be 0 (not read: the tick then tells
+/// the window, the generation vouches for the cgroup), and its uid, asked
+/// for only once the key matched (the latest uid goes with the count).
+pub trait Sighting {
+    fn head(&self) -> &EventHead;
+
+    #[inline(always)]
+    fn boot_ns(&self) -> u64 {
+        self.head().boot_ns
+    }
+
+    #[inline(always)]
+    fn cgroup_id(&self) -> u64 {
+        self.head().cgroup_id
+    }
+
+    #[inline(always)]
+    fn uid(&self) -> u32 {
+        self.head().uid
+    }
+}
+
+/// A head read whole (the open's exit).
+impl Sighting for EventHead {
+    #[inline(always)]
+    fn head(&self) -> &EventHead {
+        self
+    }
+}
+
+/// True when `sighting` repeats the problem its thread last had folded on
+/// this CPU, in the same window, under the same `generation`: counted under
 /// that key, as `counted_as_repeat` would have counted it, and not to be
-/// sent. False sends it the long way (which then decides). The head's
-/// cgroup may still be 0 (not read: the generation vouches for it); its
-/// flags are the key's.
+/// sent. False sends it the long way (which then decides).
 #[inline(always)]
-pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
+pub fn counted_as_thread_repeat(sighting: &impl Sighting, generation: u64) -> bool {
     // Checked again there; here before the lookup (a helper call before
     // 6.10) that every first sighting would pay with --fold 0.
     if generation == 0 || !folding() {
@@ -109,30 +138,35 @@ pub fn counted_as_thread_repeat(head: &EventHead, generation: u64) -> bool {
     }
     THREAD_LAST_FOLDED
         .get_ptr_mut(0)
-        .is_some_and(|slot| counted_in_slot(slot, head, generation))
+        .is_some_and(|slot| counted_in_slot(slot, sighting, generation))
 }
 
 /// counted_as_thread_repeat with this CPU's slot already in hand.
 #[inline(always)]
-pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation: u64) -> bool {
+pub fn counted_in_slot(
+    slot: *mut ThreadLastFolded,
+    sighting: &impl Sighting,
+    generation: u64,
+) -> bool {
     let window = FOLD_WINDOW_NS.load();
     if generation == 0 || window == 0 {
         return false;
     }
+    let head = sighting.head();
     let pid_tgid = pid_tgid_of(head);
     // SAFETY: this CPU's slot, read in place (volatile: in the order
     // written) between two reads of its sequence (see ThreadLastFolded).
     unsafe {
         let sequence = read_volatile(&raw const (*slot).sequence);
         let key = &raw const (*slot).key;
-        let cgroup_differs = || read_volatile(&raw const (*key).cgroup_id) != head.cgroup_id;
+        let cgroup_differs = || read_volatile(&raw const (*key).cgroup_id) != sighting.cgroup_id();
         // Without the time (the device hook reads no clock for a repeat),
         // the tick tells that the window has not ended.
         let other_window = || {
-            if head.boot_ns == 0 {
+            if sighting.boot_ns() == 0 {
                 read_volatile(&raw const (*slot).tick) != bpf_jiffies64()
             } else {
-                read_volatile(&raw const (*key).window) != head.boot_ns / window
+                read_volatile(&raw const (*key).window) != sighting.boot_ns() / window
             }
         };
         if sequence & 1 != 0
@@ -143,28 +177,29 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
             || read_volatile(&raw const (*key).hook_verdict) != head.hook_verdict
             || read_volatile(&raw const (*key).syscall_ret) != head.syscall_ret
             || read_volatile(&raw const (*key).flags) != head.flags
-            || (head.cgroup_id != 0 && cgroup_differs())
+            || (sighting.cgroup_id() != 0 && cgroup_differs())
         {
             return false;
         }
         if bench_cut::after(cut::SHORT_WAY) {
             return true;
         }
-        let boot_ns = if head.boot_ns == 0 {
+        let boot_ns = if sighting.boot_ns() == 0 {
             read_volatile(&raw const (*slot).remembered_ns)
         } else {
-            head.boot_ns
+            sighting.boot_ns()
         };
         let assignment = read_volatile(&raw const (*slot).assignment);
         if read_volatile(&raw const (*slot).sequence) != sequence {
             return false;
         }
+        let uid = sighting.uid();
         if slot_counts() && slot_count::added(slot, assignment) {
             // Its latest; the thread is the slot's. (Should the slot take
             // another key meanwhile, these land with that key's count:
             // only "the latest" can mix so, as in add_repeat.)
             write_volatile(&raw mut (*slot).held_ns, boot_ns);
-            write_volatile(&raw mut (*slot).held_uid, head.uid);
+            write_volatile(&raw mut (*slot).held_uid, uid);
             let in_slot = &raw mut (*slot).in_slot;
             write_volatile(in_slot, read_volatile(in_slot) + 1);
         } else {
@@ -176,7 +211,7 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
             if read_volatile(&raw const (*slot).sequence) != sequence {
                 return false;
             }
-            add_repeat(count, boot_ns, pid_tgid, head.uid, SYSCALL_NONE);
+            add_repeat(count, boot_ns, pid_tgid, uid, SYSCALL_NONE);
             // The key is in REPEATS: the next repeats count in the slot.
             if slot_counts() {
                 slot_count::arm(slot, assignment);
@@ -191,14 +226,15 @@ pub fn counted_in_slot(slot: *mut ThreadLastFolded, head: &EventHead, generation
         // Rewritten only while the slot is still this thread's, unchanged
         // since it was read (a program preempting this one may have
         // remembered another key meanwhile).
-        if head.boot_ns != 0 && open_calls_traced() == OPEN_CALLS_BY_RESULT {
-            let tick = tick_to_remember(read_volatile(&raw const (*key).window), head.boot_ns);
+        if sighting.boot_ns() != 0 && open_calls_traced() == OPEN_CALLS_BY_RESULT {
+            let tick =
+                tick_to_remember(read_volatile(&raw const (*key).window), sighting.boot_ns());
             if read_volatile(&raw const (*slot).tick) != tick
                 && read_volatile(&raw const (*slot).sequence) == sequence
                 && read_volatile(&raw const (*slot).pid_tgid) == pid_tgid
                 && claimed(slot, sequence)
             {
-                write_volatile(&raw mut (*slot).remembered_ns, head.boot_ns);
+                write_volatile(&raw mut (*slot).remembered_ns, sighting.boot_ns());
                 write_volatile(&raw mut (*slot).tick, tick);
                 write_volatile(&raw mut (*slot).sequence, sequence + 2);
             }

@@ -8,10 +8,11 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CgroupMkdirChain, CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck,
-    OpenInFlight, RepeatCount, RepeatKey, ThreadLastFolded, V1DevicesChain, CGROUP_PATHS_CAPACITY,
-    CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES, FOLLOWED_CAPACITY, HELD_BACK_CAPACITY,
-    IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY, LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT,
-    MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED, REPEATS_CAPACITY,
+    OpenInFlight, RepeatCount, RepeatKey, TaskUidChain, ThreadLastFolded, V1DevicesChain,
+    CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES,
+    FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY,
+    LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED,
+    REPEATS_CAPACITY,
 };
 
 /// Finished events for userspace.
@@ -106,6 +107,11 @@ pub static TASK_STACK_OFFSET: Global<u32> = Global::new(0);
 pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static COMPAT_STATUS_OFFSET: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static TASK_UID_CHAIN: Global<TaskUidChain> = Global::new(TaskUidChain {
+    task_cred: 0,
+    cred_uid: 0,
+});
 #[unsafe(no_mangle)]
 pub static FOLD_WINDOW_NS: Global<u64> = Global::new(0);
 /// 1 where BPF has compare-and-exchange (gpu_trace_common::global). Where

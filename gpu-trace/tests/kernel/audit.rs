@@ -132,6 +132,44 @@ fn ten_thousand_identical_denials_fold_into_exact_counts() {
     }
 }
 
+/// A tenant's uid, read on the short way of each repeat as on its first
+/// sighting (from its task's credentials where BTF says where they lie):
+/// every record of a folded storm names the user that was denied.
+#[test]
+fn a_tenants_denials_and_their_folded_repeats_name_its_uid() {
+    let incident = or_skip!(incident_test, "fold");
+    const TENANT: u32 = 65534;
+    const REPEATS: usize = 2_000;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(incident.nodes.dir(), std::fs::Permissions::from_mode(0o755))
+        .expect("let the tenant into the nodes' directory");
+    let ops: Vec<ProbeOp> = [ProbeOp::BecomeUser { uid: TENANT }]
+        .into_iter()
+        .chain(vec![incident.open_rw("nvidia-uvm"); REPEATS])
+        .collect();
+    let watcher = incident.watch(&["--format", "json", "--fold", "1s"]);
+    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
+    assert_eq!(child.results[0], 0, "became the tenant");
+    assert!(child.results[1..].iter().all(|&r| r == libc::EPERM));
+    let (status, stderr, records) = watcher.stop_with_events(child.pid);
+    assert!(status.success());
+    let (summary, _) = summary_counts(&stderr);
+    // The short way served (so its read of the uid is what the records say).
+    assert!(folded_by_thread(&summary) * 2 >= REPEATS, "{summary}");
+    let total: u64 = records
+        .iter()
+        .map(|r| r["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(total, REPEATS as u64, "{summary}");
+    assert!(
+        records.iter().any(|r| r["count"].as_u64() > Some(1)),
+        "{records:#?}"
+    );
+    for record in &records {
+        assert_eq!(record["uid"], TENANT, "{record:#}");
+    }
+}
+
 /// A repeat may count under its thread's remembered key without reading
 /// the thread's cgroup and command name again, but only while no thread
 /// was renamed, moved or ended since: one thread denied over and over,

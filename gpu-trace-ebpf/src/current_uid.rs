@@ -1,10 +1,11 @@
 //! The uid of the thread running here, as bpf_get_current_uid_gid gives
 //! it. That helper maps the uid and the gid through the initial user
-//! namespace, a call and a loop each: about 7 ns of a repeat's 60 on the
+//! namespace, a call and a loop each: about 9 ns of a repeat on the
 //! machine measured (docs/benchmarks.md). Where the loader found the
 //! chain to it (TASK_UID_CHAIN: the device hooks get their task typed by
-//! BTF there), it is two loads the verifier checks against that BTF; the
-//! initial namespace maps every uid to itself.
+//! BTF there, and the kernel took these very loads), it is two loads the
+//! verifier checks against that BTF; the initial namespace maps every uid
+//! to itself.
 
 use core::ptr::read_volatile;
 
@@ -15,7 +16,7 @@ use crate::maps::TASK_UID_CHAIN;
 #[inline(always)]
 pub fn current_uid() -> u32 {
     // A read-only global: the verifier knows it, so each load below has a
-    // fixed offset it checks, and the way not taken is not even loaded.
+    // fixed offset it checks, and it walks only one of the two ways.
     let chain = TASK_UID_CHAIN.load();
     if chain.task_cred == 0 {
         return bpf_get_current_uid_gid() as u32;
@@ -25,6 +26,11 @@ pub fn current_uid() -> u32 {
     unsafe {
         let task = bpf_get_current_task_btf().cast::<u8>();
         let cred = read_volatile(task.add(chain.task_cred as usize).cast::<*const u8>());
+        // Never null for a running task, but where BTF tags the pointer
+        // __rcu (kernels built with clang) the verifier requires the check.
+        if cred.is_null() {
+            return bpf_get_current_uid_gid() as u32;
+        }
         read_volatile(cred.add(chain.cred_uid as usize).cast::<u32>())
     }
 }

@@ -141,7 +141,9 @@ pub fn counted_as_thread_repeat(sighting: &impl Sighting, generation: u64) -> bo
         .is_some_and(|slot| counted_in_slot(slot, sighting, generation))
 }
 
-/// counted_as_thread_repeat with this CPU's slot already in hand.
+/// counted_as_thread_repeat with this CPU's slot already in hand. The
+/// sighting's time, cgroup and uid are read through `Sighting` alone: the
+/// device hook's head holds placeholders there until its long way reads them.
 #[inline(always)]
 pub fn counted_in_slot(
     slot: *mut ThreadLastFolded,

@@ -11,6 +11,17 @@ pub struct Insn {
 }
 
 impl Insn {
+    /// An instruction from its fields, as a program made at run time is.
+    pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Self {
+        Self {
+            code,
+            dst,
+            src,
+            off,
+            imm,
+        }
+    }
+
     pub fn from_bytes(raw: [u8; 8]) -> Self {
         Self {
             code: raw[0],

@@ -41,13 +41,7 @@ fn device_programs_read(chain: TaskUidChain) -> bool {
     ) else {
         return false;
     };
-    let insn = |code, dst, src, off, imm| Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    };
+    let insn = Insn::new;
     let probe = [
         insn(0x85, 0, 0, 0, GET_CURRENT_TASK_BTF), // call bpf_get_current_task_btf
         insn(0x79, 1, 0, task_cred, 0),            // r1 = task->cred

@@ -146,13 +146,7 @@ fn load_and_attach(cgroup: &File, rules: &[(u32, u16)]) -> anyhow::Result<(Owned
 /// The instructions of a deny-list device policy, in the shape runc, LXC
 /// and systemd generate (context loads, ALU, jumps; no maps, no helpers).
 pub fn denylist_program(rules: &[(u32, u16)]) -> Vec<Insn> {
-    let insn = |code, dst, src, off, imm| Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    };
+    let insn = Insn::new;
     let mut p = vec![
         insn(0x61, 2, 1, 0, 0),      // r2 = ctx->access_type
         insn(0x54, 2, 0, 0, 0xffff), // w2 &= 0xffff: device type

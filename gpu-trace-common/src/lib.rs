@@ -154,9 +154,9 @@ pub mod global {
         "POLICY_PROG_AUX",
         "POLICY_AUX_ID",
     ];
-    /// `TaskUidChain`, from the kernel's BTF where the device hooks get
+    /// `TaskChain`, from the kernel's BTF where the device hooks get
     /// their task typed; all 0 where they do not.
-    pub const TASK_UID_CHAIN: &str = "TASK_UID_CHAIN";
+    pub const TASK_CHAIN: &str = "TASK_CHAIN";
     /// The fold window in ns: repeats of a problem within it are counted in
     /// `REPEATS` instead of sent. 0: every problem is sent.
     pub const FOLD_WINDOW_NS: &str = "FOLD_WINDOW_NS";
@@ -420,14 +420,18 @@ pub struct V1DevicesChain {
     pub kn_id: u32,
 }
 
-/// Where the running task's uid lies: `task_struct.cred`, then `cred.uid`.
-/// The device hooks read it with two loads the verifier checks against the
-/// kernel's BTF, where bpf_get_current_uid_gid maps it through the initial
-/// user namespace (which maps every uid to itself). `task_cred` 0: the
-/// helper is called instead.
+/// Where the running task's ids and uid lie: `task_struct.pid` and
+/// `.tgid`, then `task_struct.cred` and `cred.uid`. The device hooks read
+/// them from their task, typed by BTF, with loads the verifier checks
+/// against that BTF: one helper call where bpf_get_current_pid_tgid and
+/// bpf_get_current_uid_gid are two (and the latter maps the uid through
+/// the initial user namespace, which maps every uid to itself). All 0:
+/// the helpers are called instead.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TaskUidChain {
+pub struct TaskChain {
+    pub task_pid: u32,
+    pub task_tgid: u32,
     pub task_cred: u32,
     pub cred_uid: u32,
 }
@@ -821,7 +825,7 @@ mod user {
     // SAFETY: repr(C), five u32, no padding.
     unsafe impl aya::Pod for super::V1DevicesChain {}
     // SAFETY: repr(C), two u32, no padding.
-    unsafe impl aya::Pod for super::TaskUidChain {}
+    unsafe impl aya::Pod for super::TaskChain {}
     // SAFETY: repr(C), four u32, no padding.
     unsafe impl aya::Pod for super::CgroupMkdirChain {}
 }

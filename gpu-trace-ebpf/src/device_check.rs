@@ -2,9 +2,7 @@
 //! `bpf_get_retval()`, or fexit on the kernel's check): handed to the open
 //! call in flight on this thread, or reported at once outside one.
 
-use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_boot_ns,
-};
+use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_ktime_get_boot_ns};
 use gpu_trace_common::{
     bench_cut as cut, DeviceFields, EventHead, OpenInFlight, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
     FLAG_PATH_FROM_REGS, MAJOR_NO_DRIVER, MAJOR_WATCHED, OPEN_CALLS_BY_ENTRY, OPEN_CALLS_BY_RESULT,
@@ -14,7 +12,7 @@ use gpu_trace_common::{
 
 use crate::{
     bench_cut,
-    current_uid::current_uid,
+    current_thread::CurrentThread,
     events, fold,
     maps::{
         current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
@@ -99,11 +97,13 @@ fn left_for_open_exit(check: &DeviceCheck) {
     );
     match regs {
         Some((syscall, path_ptr)) if in_open => {
-            if watched && check.verdict != 0 && counted_at_check(check, syscall, path_ptr) {
+            let thread = CurrentThread::here();
+            if watched && check.verdict != 0 && counted_at_check(check, &thread, syscall, path_ptr)
+            {
                 return;
             }
             let mut call = OpenInFlight::entered(path_ptr, syscall, 0);
-            fill_in(&mut call, check, watched);
+            fill_in(&mut call, check, watched, &thread);
             call.path_head = path_head(path_ptr);
             if !watched {
                 // The exit checks every sighting's age (see open_calls.rs).
@@ -111,7 +111,7 @@ fn left_for_open_exit(check: &DeviceCheck) {
                 call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
             }
             // Per thread, replaced by the next (LRU: never full for good).
-            let _ = IN_FLIGHT.insert(bpf_get_current_pid_tgid() as u32, call, 0);
+            let _ = IN_FLIGHT.insert(thread.pid_tgid as u32, call, 0);
         }
         _ if watched => report_now(check, SavedRegisters::Read(regs)),
         _ => {}
@@ -127,14 +127,19 @@ fn left_for_open_exit(check: &DeviceCheck) {
 /// in the thread's entry, which its first sighting made: with none, nothing
 /// is counted here.
 #[inline(always)]
-fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
+fn counted_at_check(
+    check: &DeviceCheck,
+    thread: &CurrentThread,
+    syscall: u16,
+    path_ptr: u64,
+) -> bool {
     // Without folding (or the generation that vouches for a thread's key)
     // every denial is a first sighting: nothing to look up for it.
     let generation = fold::identity_generation();
     if generation == 0 || !fold::folding() {
         return false;
     }
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid_tgid = thread.pid_tgid;
     // Another thread's key on this CPU: the long way, before any lookup.
     let Some(slot) = fold::slot_of_thread(pid_tgid) else {
         return false;
@@ -149,7 +154,7 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
         FLAG_HAS_SYSCALL | FLAG_DEVICE_SEEN,
         PROGRAM_OPEN_FUNCTION_EXIT,
     );
-    if !fold::counted_in_slot(slot, &ShortWayHead(&head), generation) {
+    if !fold::counted_in_slot(slot, &ShortWayHead(&head, thread), generation) {
         return false;
     }
     // SAFETY: this thread's own entry; only this thread, running here,
@@ -167,7 +172,7 @@ fn counted_at_check(check: &DeviceCheck, syscall: u16, path_ptr: u64) -> bool {
 /// only for a watched device (every char device open may come here, and
 /// each helper call costs).
 #[inline(always)]
-fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool) {
+fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool, thread: &CurrentThread) {
     call.device = check.device;
     call.hook_verdict = check.verdict;
     call.seen = SEEN_DEVICE;
@@ -175,7 +180,7 @@ fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool) {
         // SAFETY: helpers without arguments.
         call.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
         call.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-        call.uid = current_uid();
+        call.uid = thread.uid();
         call.seen |= SEEN_WATCHED;
     }
 }
@@ -183,7 +188,8 @@ fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool) {
 /// Inside a traced open call: leaves the details for its exit; false outside one.
 #[inline(always)]
 fn handed_to_open_call(check: &DeviceCheck) -> bool {
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let thread = CurrentThread::here();
+    let tid = thread.pid_tgid as u32;
     // Inside a traced open call (of a followed process): leave the details
     // for its exit, which knows the path and the errno. Unwatched devices are
     // recorded too: a failed open of a /dev/nvidia* node with a stale major
@@ -200,6 +206,7 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
             call,
             check,
             is_watched(check.device.dev_type, check.device.major),
+            &thread,
         );
         return true;
     }
@@ -236,9 +243,9 @@ fn head_for_short_way(
 
 /// A short way's head: its time and cgroup unread (0: the tick tells the
 /// window, the identity generation vouches for the cgroup; the clock
-/// source is the dearest helper a repeat would call), its uid read for a
-/// repeat alone.
-struct ShortWayHead<'a>(&'a EventHead);
+/// source is the dearest helper a repeat would call), its uid read from
+/// its thread, for a repeat alone.
+struct ShortWayHead<'a>(&'a EventHead, &'a CurrentThread);
 
 impl fold::Sighting for ShortWayHead<'_> {
     #[inline(always)]
@@ -258,7 +265,7 @@ impl fold::Sighting for ShortWayHead<'_> {
 
     #[inline(always)]
     fn uid(&self) -> u32 {
-        current_uid()
+        self.1.uid()
     }
 }
 
@@ -269,21 +276,21 @@ fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
     if (check.verdict == 0 && !report_allowed()) || bench_cut::after(cut::VERDICT) {
         return;
     }
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let thread = CurrentThread::here();
     // Before the cgroup and the command name are read (see fold.rs).
     let generation = fold::identity_generation();
     // The time, cgroup and uid are read below, unless this is a repeat
     // the thread's key counts.
-    let mut head = head_for_short_way(check, pid_tgid, 0, FLAG_DEVICE_SEEN, check.program);
+    let mut head = head_for_short_way(check, thread.pid_tgid, 0, FLAG_DEVICE_SEEN, check.program);
     if bench_cut::after(cut::IDENTITY) {
         return;
     }
     // A retry storm's repeat ends here, before the cgroup and command name
     // (and the uid once it matched, for the count's latest).
-    if fold::counted_as_thread_repeat(&ShortWayHead(&head), generation) {
+    if fold::counted_as_thread_repeat(&ShortWayHead(&head, &thread), generation) {
         return;
     }
-    head.uid = current_uid();
+    head.uid = thread.uid();
     // SAFETY: helpers without arguments.
     head.boot_ns = unsafe { bpf_ktime_get_boot_ns() };
     head.cgroup_id = unsafe { bpf_get_current_cgroup_id() };

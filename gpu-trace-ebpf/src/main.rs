@@ -21,7 +21,7 @@
 
 mod bench_cut;
 mod cgroup_names;
-mod current_uid;
+mod current_thread;
 mod device_check;
 mod events;
 mod fexit;

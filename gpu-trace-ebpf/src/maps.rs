@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CgroupMkdirChain, CgroupPath, CgroupWindow, HeldBackCount, HeldBackKey, LastDeviceCheck,
-    OpenInFlight, RepeatCount, RepeatKey, TaskUidChain, ThreadLastFolded, V1DevicesChain,
+    OpenInFlight, RepeatCount, RepeatKey, TaskChain, ThreadLastFolded, V1DevicesChain,
     CGROUP_PATHS_CAPACITY, CGROUP_SENT_CAPACITY, DEV_TYPE_CHAR, EVENTS_RING_BYTES,
     FOLLOWED_CAPACITY, HELD_BACK_CAPACITY, IN_FLIGHT_CAPACITY, LAST_DEVICE_CHECK_CAPACITY,
     LOST_BY_CGROUP_CAPACITY, MAJOR_LIMIT, MAJOR_OTHER_DRIVER, MAJOR_WATCHED, OPEN_CALLS_UNTRACED,
@@ -108,7 +108,9 @@ pub static PT_REGS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static COMPAT_STATUS_OFFSET: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
-pub static TASK_UID_CHAIN: Global<TaskUidChain> = Global::new(TaskUidChain {
+pub static TASK_CHAIN: Global<TaskChain> = Global::new(TaskChain {
+    task_pid: 0,
+    task_tgid: 0,
     task_cred: 0,
     cred_uid: 0,
 });

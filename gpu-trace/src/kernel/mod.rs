@@ -20,7 +20,7 @@ pub mod program_holders;
 pub mod programs_in_force;
 pub mod repeats;
 pub mod slot_counts;
-pub mod task_uid_chain;
+pub mod task_chain;
 pub mod thread_identity;
 pub mod tracer;
 pub mod v1_devices_chain;

@@ -12,7 +12,7 @@ use aya::{
 };
 use gpu_trace_common::{
     cgroup_mkdir, global, map, program, CgroupMkdirChain, CgroupPath, DeviceAccessEvent,
-    PolicyProgramsChain, TaskUidChain, V1DevicesChain,
+    PolicyProgramsChain, TaskChain, V1DevicesChain,
 };
 
 use crate::{
@@ -30,7 +30,7 @@ use crate::{
         open_route::{self, OpenRoute, OpensChoice},
         policy_programs_chain,
         repeats::KernelRepeats,
-        task_uid_chain, thread_identity, v1_devices_chain, without_atomics,
+        task_chain, thread_identity, v1_devices_chain, without_atomics,
     },
     model::{
         access::{DeviceAccess, VerdictSource},
@@ -437,7 +437,7 @@ struct LoadSettings {
     task_stack_offset: u32,
     pt_regs_offset: u32,
     compat_status_offset: u32,
-    task_uid: TaskUidChain,
+    task: TaskChain,
     verdict_from_errno: bool,
     v1_devices: V1DevicesChain,
     cgroup_mkdir: CgroupMkdirChain,
@@ -467,7 +467,7 @@ impl LoadSettings {
             task_stack_offset,
             pt_regs_offset,
             compat_status_offset: compat_status(btf, notes),
-            task_uid: task_uid_chain::for_this_kernel(btf),
+            task: task_chain::for_this_kernel(btf),
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
             cgroup_mkdir: cgroup_mkdir_chain::for_this_kernel(btf),
@@ -583,7 +583,7 @@ fn load_object(config: &TracerConfig, settings: &LoadSettings) -> anyhow::Result
             &settings.compat_status_offset,
             true,
         )
-        .override_global(global::TASK_UID_CHAIN, &settings.task_uid, true)
+        .override_global(global::TASK_CHAIN, &settings.task, true)
         .override_global(
             global::FOLD_WINDOW_NS,
             &(config.fold_window.as_nanos() as u64),

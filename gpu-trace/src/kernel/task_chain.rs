@@ -1,0 +1,89 @@
+//! Where the running task's ids and uid lie, for the device hooks' reads
+//! of them (gpu-trace-ebpf's current_thread.rs): offsets from the kernel's
+//! BTF, kept only where a device program may ask for its task typed by BTF
+//! (bpf_get_current_task_btf) and the verifier takes the loads the
+//! programs make (asked with a small program that makes them, so a kernel
+//! whose BTF types them differently refuses the probe, not the device
+//! hook). Elsewhere the ids and uid come from bpf_get_current_pid_tgid and
+//! bpf_get_current_uid_gid, the same values a few ns dearer; no note is made.
+
+use gpu_trace_common::TaskChain;
+use gpu_trace_policy::Insn;
+
+use crate::host::kernel_btf::KernelBtf;
+use crate::kernel::bpf_sys::load_device_program;
+
+/// bpf_get_current_task_btf's number in the kernel's list of helpers.
+const GET_CURRENT_TASK_BTF: i32 = 158;
+
+/// The chain for this kernel; all 0 (the helpers) where it cannot be used.
+pub fn for_this_kernel(btf: Result<&KernelBtf, &str>) -> TaskChain {
+    btf.ok()
+        .and_then(|btf| chain_in(btf).ok())
+        .filter(|&chain| device_programs_read(chain))
+        .unwrap_or_default()
+}
+
+fn chain_in(btf: &KernelBtf) -> anyhow::Result<TaskChain> {
+    Ok(TaskChain {
+        task_pid: btf.member_offset("task_struct", "pid")?,
+        task_tgid: btf.member_offset("task_struct", "tgid")?,
+        task_cred: btf.member_offset("task_struct", "cred")?,
+        cred_uid: btf.member_offset("cred", "uid")?,
+    })
+}
+
+/// Whether a cgroup_device program may read the ids and uid through
+/// `chain` as current_thread.rs does (the fexit hook, a tracing program,
+/// got bpf_get_current_task_btf before device programs did).
+fn device_programs_read(chain: TaskChain) -> bool {
+    let offsets = [
+        chain.task_pid,
+        chain.task_tgid,
+        chain.task_cred,
+        chain.cred_uid,
+    ]
+    .map(i16::try_from);
+    let [Ok(task_pid), Ok(task_tgid), Ok(task_cred), Ok(cred_uid)] = offsets else {
+        return false;
+    };
+    let insn = Insn::new;
+    let probe = [
+        insn(0x85, 0, 0, 0, GET_CURRENT_TASK_BTF), // call bpf_get_current_task_btf
+        insn(0x61, 1, 0, task_pid, 0),             // r1 = task->pid
+        insn(0x61, 1, 0, task_tgid, 0),            // r1 = task->tgid
+        insn(0x79, 1, 0, task_cred, 0),            // r1 = task->cred
+        insn(0x15, 1, 0, 1, 0),                    // null: skip the next load
+        insn(0x61, 1, 1, cred_uid, 0),             // r1 = cred->uid
+        insn(0xb7, 0, 0, 0, 1),                    // r0 = 1: allow
+        insn(0x95, 0, 0, 0, 0),                    // exit
+    ];
+    load_device_program("gpu_trace_task", &probe).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_kernels_chain_is_found_in_its_btf() {
+        let Some(btf) = KernelBtf::for_test() else {
+            return;
+        };
+        let chain = chain_in(&btf).unwrap();
+        // None is its struct's first member; the thread id comes just
+        // before the process id.
+        assert!(
+            [chain.task_pid, chain.task_cred, chain.cred_uid]
+                .iter()
+                .all(|&offset| offset > 0 && offset < 8192),
+            "{chain:?}"
+        );
+        assert_eq!(chain.task_tgid, chain.task_pid + 4, "{chain:?}");
+    }
+
+    #[test]
+    fn without_btf_the_helpers_read_the_ids_and_uid() {
+        assert_eq!(for_this_kernel(Err("no BTF")), TaskChain::default());
+    }
+}

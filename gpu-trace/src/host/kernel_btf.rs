@@ -11,7 +11,10 @@ use anyhow::{bail, ensure, Context};
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 const MAGIC: u16 = 0xeb9f;
 const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
+/// How deep member_offset looks into anonymous structs and unions.
+const ANONYMOUS_DEPTH: u32 = 4;
 
 /// The running kernel's BTF, as read once.
 pub struct KernelBtf {
@@ -20,6 +23,7 @@ pub struct KernelBtf {
 
 /// A struct found in the type section: where its member entries start.
 struct Found {
+    kind: u32,
     /// The type's size in bytes (structs, unions, enums).
     size: u32,
     members_at: usize,
@@ -64,26 +68,59 @@ impl KernelBtf {
         }
     }
 
-    /// Byte offset of `member` in `struct name`.
+    /// Byte offset of `member` in `struct name`, also where it lies in an
+    /// anonymous struct or union of it, as C names it (a kernel built with
+    /// CONFIG_RANDSTRUCT puts most of task_struct in one).
     pub fn member_offset(&self, name: &str, member: &str) -> anyhow::Result<u32> {
         let Some(found) = self.find_struct(name)? else {
             bail!("no struct {name} in {VMLINUX}");
         };
+        let Some(bits) = self.bit_offset_in(&found, member, 0)? else {
+            bail!("struct {name} has no member {member} in {VMLINUX}")
+        };
+        ensure!(bits % 8 == 0, "{name}.{member} is a bitfield");
+        Ok(bits / 8)
+    }
+
+    /// Bit offset of `member` in `found`, its own members first, then those
+    /// of its anonymous structs and unions.
+    fn bit_offset_in(
+        &self,
+        found: &Found,
+        member: &str,
+        depth: u32,
+    ) -> anyhow::Result<Option<u32>> {
+        let mut anonymous = Vec::new();
         for index in 0..found.members {
             let entry = found.members_at + index * 12;
-            if self.string_at(self.word(entry)?) == member.as_bytes() {
-                let offset = self.word(entry + 8)?;
-                // With bitfields the low 24 bits hold the bit offset.
-                let bits = if found.bitfields {
-                    offset & 0xff_ffff
-                } else {
-                    offset
-                };
-                ensure!(bits % 8 == 0, "{name}.{member} is a bitfield");
-                return Ok(bits / 8);
+            let name = self.word(entry)?;
+            let offset = self.word(entry + 8)?;
+            // With bitfields the low 24 bits hold the bit offset.
+            let bits = if found.bitfields {
+                offset & 0xff_ffff
+            } else {
+                offset
+            };
+            if name == 0 {
+                anonymous.push((self.word(entry + 4)?, bits));
+            } else if self.string_at(name) == member.as_bytes() {
+                return Ok(Some(bits));
             }
         }
-        bail!("struct {name} has no member {member} in {VMLINUX}")
+        if depth == ANONYMOUS_DEPTH {
+            return Ok(None);
+        }
+        for (type_id, bits) in anonymous {
+            let Some(inner) = self.type_by_id(type_id)? else {
+                continue;
+            };
+            if matches!(inner.kind, KIND_STRUCT | KIND_UNION) {
+                if let Some(inner_bits) = self.bit_offset_in(&inner, member, depth + 1)? {
+                    return Ok(Some(bits + inner_bits));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The value of `name` in `enum type_name` (32-bit enums: the kernel's
@@ -124,9 +161,25 @@ impl KernelBtf {
     }
 
     fn find_type(&self, wanted: u32, name: &str) -> anyhow::Result<Option<Found>> {
+        self.first_type(|_, kind, name_offset| {
+            kind == wanted && self.string_at(name_offset) == name.as_bytes()
+        })
+    }
+
+    /// The type numbered `id` (types count from 1; 0 is void).
+    fn type_by_id(&self, id: u32) -> anyhow::Result<Option<Found>> {
+        self.first_type(|this_id, _, _| this_id == id)
+    }
+
+    /// The first type for which `wanted(id, kind, name offset)` holds.
+    fn first_type(
+        &self,
+        mut wanted: impl FnMut(u32, u32, u32) -> bool,
+    ) -> anyhow::Result<Option<Found>> {
         let types = self.header_len()? + self.word(8)? as usize;
         let types_end = types + self.word(12)? as usize;
         let mut at = types;
+        let mut id = 1;
         while at < types_end {
             let name_offset = self.word(at)?;
             let info = self.word(at + 4)?;
@@ -134,8 +187,9 @@ impl KernelBtf {
             let members = (info & 0xffff) as usize;
             let size = self.word(at + 8)?;
             at += 12;
-            if kind == wanted && self.string_at(name_offset) == name.as_bytes() {
+            if wanted(id, kind, name_offset) {
                 return Ok(Some(Found {
+                    kind,
                     size,
                     members_at: at,
                     members,
@@ -143,6 +197,7 @@ impl KernelBtf {
                 }));
             }
             at += kind_data_len(kind, members)?;
+            id += 1;
         }
         Ok(None)
     }
@@ -170,9 +225,10 @@ mod tests {
     use super::*;
 
     /// A tiny BTF blob: an int, then `struct pair { int first; int second; }`,
-    /// then `enum side { first = 0, second = 7 }`.
+    /// then `enum side { first = 0, second = 7 }`, then
+    /// `struct nest { int first; struct { int pad; union { int deep; }; }; }`.
     fn blob() -> Vec<u8> {
-        let strings = b"\0int\0pair\0first\0second\0side\0";
+        let strings = b"\0int\0pair\0first\0second\0side\0nest\0pad\0deep\0";
         let mut types = Vec::new();
         let mut put = |words: &[u32]| {
             for w in words {
@@ -186,6 +242,14 @@ mod tests {
         put(&[23, (KIND_ENUM << 24) | 2, 4]); // enum side, two values
         put(&[10, 0]); // first = 0
         put(&[16, 7]); // second = 7
+        put(&[28, (KIND_STRUCT << 24) | 2, 12]); // 4: struct nest
+        put(&[10, 1, 0]); // first at bit 0
+        put(&[0, 5, 32]); // anonymous struct (type 5) at bit 32
+        put(&[0, (KIND_STRUCT << 24) | 2, 8]); // 5: the anonymous struct
+        put(&[33, 1, 0]); // pad at bit 0
+        put(&[0, 6, 32]); // anonymous union (type 6) at bit 32
+        put(&[0, (KIND_UNION << 24) | 1, 4]); // 6: the anonymous union
+        put(&[37, 1, 0]); // deep at bit 0
         let mut data = Vec::new();
         data.extend_from_slice(&MAGIC.to_ne_bytes());
         data.extend_from_slice(&[1, 0]); // version, flags
@@ -214,6 +278,15 @@ mod tests {
         assert!(btf().has_struct("pair").unwrap());
         assert_eq!(btf().struct_size("pair").unwrap(), 8);
         assert!(!btf().has_struct("int").unwrap());
+    }
+
+    #[test]
+    fn finds_a_member_in_anonymous_structs_and_unions() {
+        assert_eq!(btf().member_offset("nest", "first").unwrap(), 0);
+        assert_eq!(btf().member_offset("nest", "pad").unwrap(), 4);
+        assert_eq!(btf().member_offset("nest", "deep").unwrap(), 8);
+        assert!(btf().member_offset("nest", "second").is_err());
+        assert_eq!(btf().struct_size("nest").unwrap(), 12);
     }
 
     #[test]

@@ -824,7 +824,7 @@ mod user {
     unsafe impl aya::Pod for super::DropRecordBudget {}
     // SAFETY: repr(C), five u32, no padding.
     unsafe impl aya::Pod for super::V1DevicesChain {}
-    // SAFETY: repr(C), two u32, no padding.
+    // SAFETY: repr(C), four u32, no padding.
     unsafe impl aya::Pod for super::TaskChain {}
     // SAFETY: repr(C), four u32, no padding.
     unsafe impl aya::Pod for super::CgroupMkdirChain {}

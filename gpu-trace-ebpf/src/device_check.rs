@@ -14,9 +14,7 @@ use crate::{
     bench_cut,
     current_thread::CurrentThread,
     events, fold,
-    maps::{
-        current_is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT,
-    },
+    maps::{is_followed, is_watched, major_class, open_calls_traced, report_allowed, IN_FLIGHT},
     open_calls::path_head,
     syscall_regs::syscall_path_argument,
 };
@@ -34,11 +32,14 @@ pub struct DeviceCheck {
 pub fn record(check: &DeviceCheck) {
     // Without an open route no call is ever in flight: skip the hash
     // lookup, which every device open would pay.
+    let mut thread = None;
     match open_calls_traced() {
         OPEN_CALLS_BY_ENTRY => {
-            if handed_to_open_call(check) {
+            let here = CurrentThread::here();
+            if handed_to_open_call(check, &here) {
                 return;
             }
+            thread = Some(here);
         }
         OPEN_CALLS_BY_RESULT => {
             left_for_open_exit(check);
@@ -46,10 +47,10 @@ pub fn record(check: &DeviceCheck) {
         }
         _ => {}
     }
-    if !is_watched(check.device.dev_type, check.device.major) || !current_is_followed() {
+    if !is_watched(check.device.dev_type, check.device.major) {
         return;
     }
-    report_now(check, SavedRegisters::Unread);
+    report_now(check, thread, SavedRegisters::Unread);
 }
 
 /// The syscall and path argument in the saved registers
@@ -84,7 +85,8 @@ fn left_for_open_exit(check: &DeviceCheck) {
     if check.verdict == 0 && !watched && class != MAJOR_NO_DRIVER {
         return;
     }
-    if !current_is_followed() {
+    let thread = CurrentThread::here();
+    if !is_followed(thread.pid_tgid) {
         return;
     }
     let regs = syscall_path_argument();
@@ -97,7 +99,6 @@ fn left_for_open_exit(check: &DeviceCheck) {
     );
     match regs {
         Some((syscall, path_ptr)) if in_open => {
-            let thread = CurrentThread::here();
             if watched && check.verdict != 0 && counted_at_check(check, &thread, syscall, path_ptr)
             {
                 return;
@@ -113,7 +114,7 @@ fn left_for_open_exit(check: &DeviceCheck) {
             // Per thread, replaced by the next (LRU: never full for good).
             let _ = IN_FLIGHT.insert(thread.pid_tgid as u32, call, 0);
         }
-        _ if watched => report_now(check, SavedRegisters::Read(regs)),
+        _ if watched => report_now(check, Some(thread), SavedRegisters::Read(regs)),
         _ => {}
     }
 }
@@ -187,8 +188,7 @@ fn fill_in(call: &mut OpenInFlight, check: &DeviceCheck, watched: bool, thread: 
 
 /// Inside a traced open call: leaves the details for its exit; false outside one.
 #[inline(always)]
-fn handed_to_open_call(check: &DeviceCheck) -> bool {
-    let thread = CurrentThread::here();
+fn handed_to_open_call(check: &DeviceCheck, thread: &CurrentThread) -> bool {
     let tid = thread.pid_tgid as u32;
     // Inside a traced open call (of a followed process): leave the details
     // for its exit, which knows the path and the errno. Unwatched devices are
@@ -206,7 +206,7 @@ fn handed_to_open_call(check: &DeviceCheck) -> bool {
             call,
             check,
             is_watched(check.device.dev_type, check.device.major),
-            &thread,
+            thread,
         );
         return true;
     }
@@ -269,14 +269,19 @@ impl fold::Sighting for ShortWayHead<'_> {
     }
 }
 
+/// `thread`: the running thread if a caller already asked for it (not
+/// before an allowed access that is not reported: every GPU open).
 #[inline(always)]
-fn report_now(check: &DeviceCheck, regs: SavedRegisters) {
+fn report_now(check: &DeviceCheck, thread: Option<CurrentThread>, regs: SavedRegisters) {
     // Outside a traced open (mknod, io_uring, or every access when no open
     // route is attached): report it now.
     if (check.verdict == 0 && !report_allowed()) || bench_cut::after(cut::VERDICT) {
         return;
     }
-    let thread = CurrentThread::here();
+    let thread = thread.unwrap_or_else(CurrentThread::here);
+    if !is_followed(thread.pid_tgid) {
+        return;
+    }
     // Before the cgroup and the command name are read (see fold.rs).
     let generation = fold::identity_generation();
     // The time, cgroup and uid are read below, unless this is a repeat

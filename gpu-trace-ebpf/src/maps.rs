@@ -220,7 +220,18 @@ pub fn current_is_followed() -> bool {
     if !follow_process_tree() {
         return true;
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    followed_process(bpf_get_current_pid_tgid())
+}
+
+/// current_is_followed for the thread `pid_tgid`, running here.
+#[inline(always)]
+pub fn is_followed(pid_tgid: u64) -> bool {
+    !follow_process_tree() || followed_process(pid_tgid)
+}
+
+#[inline(always)]
+fn followed_process(pid_tgid: u64) -> bool {
+    let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the value is a u8 flag, read at once.
     unsafe { FOLLOWED.get(tgid).is_some() }
 }

@@ -10,6 +10,8 @@
 
 use core::ptr::{null, read_volatile};
 
+use gpu_trace_common::TaskChain;
+
 use aya_ebpf::helpers::{
     bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_current_uid_gid,
 };
@@ -20,8 +22,18 @@ pub struct CurrentThread {
     /// As bpf_get_current_pid_tgid gives it: the process id above, the
     /// thread id below.
     pub pid_tgid: u64,
-    /// The task, typed by BTF; null where the chain is unknown.
+    /// The task, typed by BTF; null (and unread: see `typed_task`) where
+    /// the chain is unknown.
     task: *const u8,
+}
+
+/// Where the chain is known. Decided by the read-only global alone (not
+/// by the task pointer's null check, which verifiers before 6.4 cannot
+/// settle for a task typed by BTF, and would walk both ways after).
+#[inline(always)]
+fn chain() -> Option<TaskChain> {
+    let chain = TASK_CHAIN.load();
+    (chain.task_cred != 0).then_some(chain)
 }
 
 impl CurrentThread {
@@ -29,13 +41,12 @@ impl CurrentThread {
     pub fn here() -> Self {
         // A read-only global: the verifier knows it, so each load below has
         // a fixed offset it checks, and it walks only one of the two ways.
-        let chain = TASK_CHAIN.load();
-        if chain.task_cred == 0 {
+        let Some(chain) = chain() else {
             return Self {
                 pid_tgid: bpf_get_current_pid_tgid(),
                 task: null(),
             };
-        }
+        };
         // SAFETY: the running task, typed by BTF: the verifier checks each
         // load (a faulting one would read 0).
         unsafe {
@@ -51,10 +62,9 @@ impl CurrentThread {
 
     #[inline(always)]
     pub fn uid(&self) -> u32 {
-        let chain = TASK_CHAIN.load();
-        if chain.task_cred == 0 || self.task.is_null() {
+        let Some(chain) = chain() else {
             return bpf_get_current_uid_gid() as u32;
-        }
+        };
         // SAFETY: as in `here`: task_struct.cred, then cred.uid.
         unsafe {
             let cred = read_volatile(self.task.add(chain.task_cred as usize).cast::<*const u8>());
@@ -65,5 +75,13 @@ impl CurrentThread {
             }
             read_volatile(cred.add(chain.cred_uid as usize).cast::<u32>())
         }
+    }
+
+    /// The task typed by BTF, where the chain is known: loads of its own
+    /// members (at offsets from the same BTF the loader's probe tried)
+    /// need no helper call.
+    #[inline(always)]
+    pub fn typed_task(&self) -> Option<*const u8> {
+        chain().map(|_| self.task)
     }
 }

@@ -63,9 +63,9 @@ enum SavedRegisters {
 
 impl SavedRegisters {
     #[inline(always)]
-    fn read(self) -> Option<(u16, u64)> {
+    fn read(self, thread: &CurrentThread) -> Option<(u16, u64)> {
         match self {
-            SavedRegisters::Unread => syscall_path_argument(),
+            SavedRegisters::Unread => syscall_path_argument(thread),
             SavedRegisters::Read(regs) => regs,
         }
     }
@@ -89,7 +89,7 @@ fn left_for_open_exit(check: &DeviceCheck) {
     if !is_followed(thread.pid_tgid) {
         return;
     }
-    let regs = syscall_path_argument();
+    let regs = syscall_path_argument(&thread);
     let in_open = matches!(
         regs,
         Some((
@@ -308,7 +308,7 @@ fn report_now(check: &DeviceCheck, thread: Option<CurrentThread>, regs: SavedReg
     if bench_cut::after(cut::COMMAND_AND_KEY) {
         return;
     }
-    let regs = regs.read();
+    let regs = regs.read(&thread);
     if bench_cut::after(cut::SAVED_REGISTERS) {
         return;
     }

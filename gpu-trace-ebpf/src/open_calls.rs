@@ -25,6 +25,7 @@ use gpu_trace_common::{
 };
 
 use crate::{
+    current_thread::CurrentThread,
     events, fold,
     maps::{
         current_is_followed, is_watched, open_calls_traced, report_allowed, verdict_from_errno,
@@ -355,7 +356,7 @@ fn claim_device_check(call: &mut OpenInFlight) {
 /// they cannot be read.
 #[inline(always)]
 fn syscall_of_call(fallback: u16) -> u16 {
-    match syscall_path_argument() {
+    match syscall_path_argument(&CurrentThread::here()) {
         Some((syscall, _)) => syscall,
         None => fallback,
     }

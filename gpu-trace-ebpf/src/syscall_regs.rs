@@ -10,13 +10,18 @@
 //! cgroup_device program, so userspace works out where they are from the
 //! kernel's BTF (see kernel_btf.rs and tracer.rs).
 
+use core::ptr::read_volatile;
+
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
 use gpu_trace_common::{
     SYSCALL_ACCESS, SYSCALL_CREAT, SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2, SYSCALL_MKNOD,
     SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
-use crate::maps::{COMPAT_STATUS_OFFSET, PT_REGS_OFFSET, TASK_STACK_OFFSET};
+use crate::{
+    current_thread::CurrentThread,
+    maps::{COMPAT_STATUS_OFFSET, PT_REGS_OFFSET, TASK_STACK_OFFSET},
+};
 
 /// Offsets in `struct pt_regs`.
 const BX: u64 = 5 * 8;
@@ -114,20 +119,55 @@ impl CallRegisters {
     }
 }
 
+/// Words of the running task's own task_struct (its stack pointer, its
+/// syscall status): loads the verifier checks against BTF where `thread`
+/// holds its task so typed, else the fault-tolerant helper (a call each,
+/// and one to find the task).
+enum TaskWords {
+    Typed(*const u8),
+    Probed(u64),
+}
+
+impl TaskWords {
+    #[inline(always)]
+    fn of(thread: &CurrentThread) -> Self {
+        match thread.typed_task() {
+            Some(task) => TaskWords::Typed(task),
+            // SAFETY: a helper without arguments.
+            None => TaskWords::Probed(unsafe { bpf_get_current_task() }),
+        }
+    }
+
+    /// The `T` at `offset` in the task_struct, a member of that type.
+    #[inline(always)]
+    fn read<T>(&self, offset: u64) -> Option<T> {
+        match *self {
+            // SAFETY: the running task, typed by BTF: the verifier checks
+            // the load against the member at `offset`.
+            TaskWords::Typed(task) => {
+                Some(unsafe { read_volatile(task.add(offset as usize).cast()) })
+            }
+            // SAFETY: kernel memory read with the fault-tolerant helper.
+            TaskWords::Probed(task) => {
+                unsafe { bpf_probe_read_kernel((task + offset) as *const T) }.ok()
+            }
+        }
+    }
+}
+
 /// The current syscall (`SYSCALL_*`) and the user address of its path
 /// argument; None when the thread is in none of the syscalls above, is an
 /// io_uring worker, is past its syscall's end, or the registers cannot be found.
 #[inline(always)]
-pub fn syscall_path_argument() -> Option<(u16, u64)> {
+pub fn syscall_path_argument(thread: &CurrentThread) -> Option<(u16, u64)> {
     let stack_offset = u64::from(TASK_STACK_OFFSET.load());
     if stack_offset == 0 {
         return None;
     }
-    // SAFETY: a helper without arguments.
-    let task = unsafe { bpf_get_current_task() };
-    // SAFETY (all reads below): kernel memory read with the fault-tolerant helper.
-    let stack: u64 = unsafe { bpf_probe_read_kernel((task + stack_offset) as *const u64) }.ok()?;
+    let task = TaskWords::of(thread);
+    let stack: u64 = task.read(stack_offset)?;
     let regs = stack + u64::from(PT_REGS_OFFSET.load());
+    // SAFETY (all reads below): kernel memory read with the fault-tolerant helper.
     let call: CallRegisters =
         unsafe { bpf_probe_read_kernel((regs + AX) as *const CallRegisters) }.ok()?;
     // Registers that hold a syscall only while it runs: once it returned,
@@ -147,9 +187,7 @@ pub fn syscall_path_argument() -> Option<(u16, u64)> {
             _ => return None,
         },
         offset => {
-            // SAFETY: as above.
-            let status: u32 =
-                unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const u32) }.ok()?;
+            let status: u32 = task.read(u64::from(offset))?;
             status & TS_COMPAT != 0
         }
     };

@@ -4,8 +4,11 @@
 //! (bpf_get_current_task_btf) and the verifier takes the loads the
 //! programs make (asked with a small program that makes them, so a kernel
 //! whose BTF types them differently refuses the probe, not the device
-//! hook). Elsewhere the ids and uid come from bpf_get_current_pid_tgid and
-//! bpf_get_current_uid_gid, the same values a few ns dearer; no note is made.
+//! hook). The same task then gives the saved registers' words too (its
+//! stack pointer and syscall status, syscall_regs.rs). Elsewhere the ids
+//! and uid come from bpf_get_current_pid_tgid and bpf_get_current_uid_gid,
+//! and those words from bpf_probe_read_kernel: the same values a few ns
+//! dearer; no note is made.
 
 use gpu_trace_common::TaskChain;
 use gpu_trace_policy::Insn;
@@ -17,11 +20,26 @@ use crate::kernel::bpf_sys::load_device_program;
 const GET_CURRENT_TASK_BTF: i32 = 158;
 
 /// The chain for this kernel; all 0 (the helpers) where it cannot be used.
-pub fn for_this_kernel(btf: Result<&KernelBtf, &str>) -> TaskChain {
+/// `saved_registers`: the offsets of task_struct's stack pointer and
+/// syscall status word the programs read too (0: not read).
+pub fn for_this_kernel(
+    btf: Result<&KernelBtf, &str>,
+    saved_registers: SavedRegisterWords,
+) -> TaskChain {
     btf.ok()
         .and_then(|btf| chain_in(btf).ok())
-        .filter(|&chain| device_programs_read(chain))
+        .filter(|&chain| device_programs_read(chain, saved_registers))
         .unwrap_or_default()
+}
+
+/// Where task_struct's words that lead to the saved registers lie (see
+/// tracer.rs): 0 for one the programs do not read.
+#[derive(Clone, Copy, Default)]
+pub struct SavedRegisterWords {
+    /// `stack`, a pointer.
+    pub task_stack: u32,
+    /// `thread_info.status`, 32 bits.
+    pub compat_status: u32,
 }
 
 fn chain_in(btf: &KernelBtf) -> anyhow::Result<TaskChain> {
@@ -33,31 +51,44 @@ fn chain_in(btf: &KernelBtf) -> anyhow::Result<TaskChain> {
     })
 }
 
-/// Whether a cgroup_device program may read the ids and uid through
-/// `chain` as current_thread.rs does (the fexit hook, a tracing program,
-/// got bpf_get_current_task_btf before device programs did).
-fn device_programs_read(chain: TaskChain) -> bool {
+/// Whether a cgroup_device program may read the ids, uid and saved
+/// register words through `chain` as current_thread.rs and syscall_regs.rs
+/// do (the fexit hook, a tracing program, got bpf_get_current_task_btf
+/// before device programs did).
+fn device_programs_read(chain: TaskChain, saved_registers: SavedRegisterWords) -> bool {
     let offsets = [
         chain.task_pid,
         chain.task_tgid,
         chain.task_cred,
         chain.cred_uid,
+        saved_registers.task_stack,
+        saved_registers.compat_status,
     ]
     .map(i16::try_from);
-    let [Ok(task_pid), Ok(task_tgid), Ok(task_cred), Ok(cred_uid)] = offsets else {
+    let [Ok(task_pid), Ok(task_tgid), Ok(task_cred), Ok(cred_uid), Ok(task_stack), Ok(compat_status)] =
+        offsets
+    else {
         return false;
     };
     let insn = Insn::new;
-    let probe = [
+    let mut probe = vec![
         insn(0x85, 0, 0, 0, GET_CURRENT_TASK_BTF), // call bpf_get_current_task_btf
         insn(0x61, 1, 0, task_pid, 0),             // r1 = task->pid
         insn(0x61, 1, 0, task_tgid, 0),            // r1 = task->tgid
-        insn(0x79, 1, 0, task_cred, 0),            // r1 = task->cred
-        insn(0x15, 1, 0, 1, 0),                    // null: skip the next load
-        insn(0x61, 1, 1, cred_uid, 0),             // r1 = cred->uid
-        insn(0xb7, 0, 0, 0, 1),                    // r0 = 1: allow
-        insn(0x95, 0, 0, 0, 0),                    // exit
     ];
+    if task_stack != 0 {
+        probe.push(insn(0x79, 1, 0, task_stack, 0)); // r1 = task->stack
+    }
+    if compat_status != 0 {
+        probe.push(insn(0x61, 1, 0, compat_status, 0)); // r1 = task->thread_info.status
+    }
+    probe.extend([
+        insn(0x79, 1, 0, task_cred, 0), // r1 = task->cred
+        insn(0x15, 1, 0, 1, 0),         // null: skip the next load
+        insn(0x61, 1, 1, cred_uid, 0),  // r1 = cred->uid
+        insn(0xb7, 0, 0, 0, 1),         // r0 = 1: allow
+        insn(0x95, 0, 0, 0, 0),         // exit
+    ]);
     load_device_program("gpu_trace_task", &probe).is_ok()
 }
 
@@ -84,6 +115,9 @@ mod tests {
 
     #[test]
     fn without_btf_the_helpers_read_the_ids_and_uid() {
-        assert_eq!(for_this_kernel(Err("no BTF")), TaskChain::default());
+        assert_eq!(
+            for_this_kernel(Err("no BTF"), SavedRegisterWords::default()),
+            TaskChain::default()
+        );
     }
 }

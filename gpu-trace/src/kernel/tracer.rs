@@ -462,12 +462,17 @@ impl LoadSettings {
         let btf = KernelBtf::read().map_err(|e| format!("{e:#}"));
         let btf = btf.as_ref().map_err(String::as_str);
         let (task_stack_offset, pt_regs_offset) = saved_registers(btf, notes);
+        let compat_status_offset = compat_status(btf, notes);
+        let saved_register_words = task_chain::SavedRegisterWords {
+            task_stack: task_stack_offset,
+            compat_status: compat_status_offset,
+        };
         Ok(Self {
             child_pid_offset,
             task_stack_offset,
             pt_regs_offset,
-            compat_status_offset: compat_status(btf, notes),
-            task: task_chain::for_this_kernel(btf),
+            compat_status_offset,
+            task: task_chain::for_this_kernel(btf, saved_register_words),
             verdict_from_errno: false,
             v1_devices: v1_devices_chain::for_this_host(btf, notes),
             cgroup_mkdir: cgroup_mkdir_chain::for_this_kernel(btf),

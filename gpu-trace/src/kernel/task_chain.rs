@@ -113,6 +113,31 @@ mod tests {
         assert_ne!(chain.task_pid, chain.task_tgid, "{chain:?}");
     }
 
+    /// Nothing else tells which way the device hooks read the thread: a
+    /// kernel that should take the typed loads and refuses the probe would
+    /// only cost a few ns per denial, unseen.
+    #[test]
+    fn device_programs_take_the_typed_loads_from_5_15_with_btf() {
+        use aya::util::KernelVersion;
+        let new_enough =
+            KernelVersion::current().is_ok_and(|version| version >= KernelVersion::new(5, 15, 0));
+        if !nix::unistd::geteuid().is_root() || !new_enough {
+            eprintln!("skipping: the probe loads a program (root, 5.15 or later)");
+            return;
+        }
+        let Some(btf) = KernelBtf::for_test() else {
+            return;
+        };
+        // The words tracer.rs finds on x86_64, so the probe is the one it loads.
+        let offset = |name, member| btf.member_offset(name, member).unwrap();
+        let words = SavedRegisterWords {
+            task_stack: offset("task_struct", "stack"),
+            compat_status: offset("task_struct", "thread_info") + offset("thread_info", "status"),
+        };
+        let chain = for_this_kernel(Ok(&btf), words);
+        assert_eq!(chain, chain_in(&btf).unwrap());
+    }
+
     #[test]
     fn without_btf_the_helpers_read_the_ids_and_uid() {
         assert_eq!(

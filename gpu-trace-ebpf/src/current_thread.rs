@@ -1,6 +1,7 @@
 //! The thread running here: its ids, and its uid when asked. Where the
 //! loader found the chain to them (TASK_CHAIN: the device hooks may get
-//! their task typed by BTF there, and the kernel took these very loads),
+//! their task typed by BTF there, as the open path's programs may, and the
+//! kernel took these very loads),
 //! one helper call (bpf_get_current_task_btf) and loads the verifier
 //! checks against that BTF; elsewhere bpf_get_current_pid_tgid, and
 //! bpf_get_current_uid_gid for the uid, which maps it through the initial
@@ -25,6 +26,18 @@ pub struct CurrentThread {
     /// The task, typed by BTF; null (and unread: see `typed_task`) where
     /// the chain is unknown.
     task: *const u8,
+}
+
+/// The running task typed by BTF, where the chain is known (a program
+/// that needs none of the thread's ids; see CurrentThread::typed_task).
+#[inline(always)]
+pub fn typed_task() -> Option<*const u8> {
+    // SAFETY: a helper without arguments.
+    chain().map(|_| {
+        unsafe { bpf_get_current_task_btf() }
+            .cast::<u8>()
+            .cast_const()
+    })
 }
 
 /// Where the chain is known. Decided by the read-only global alone (not

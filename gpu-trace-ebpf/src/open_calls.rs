@@ -25,13 +25,12 @@ use gpu_trace_common::{
 };
 
 use crate::{
-    current_thread::CurrentThread,
     events, fold,
     maps::{
         current_is_followed, is_watched, open_calls_traced, report_allowed, verdict_from_errno,
         IN_FLIGHT, LAST_DEVICE_CHECK,
     },
-    syscall_regs::syscall_path_argument,
+    syscall_regs::running_syscall_path_argument,
     tracepoint_record::record_field,
     why_dropped,
 };
@@ -356,7 +355,7 @@ fn claim_device_check(call: &mut OpenInFlight) {
 /// they cannot be read.
 #[inline(always)]
 fn syscall_of_call(fallback: u16) -> u16 {
-    match syscall_path_argument(&CurrentThread::here()) {
+    match running_syscall_path_argument() {
         Some((syscall, _)) => syscall,
         None => fallback,
     }

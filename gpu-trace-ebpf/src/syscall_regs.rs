@@ -19,7 +19,7 @@ use gpu_trace_common::{
 };
 
 use crate::{
-    current_thread::CurrentThread,
+    current_thread::{typed_task, CurrentThread},
     maps::{COMPAT_STATUS_OFFSET, PT_REGS_OFFSET, TASK_STACK_OFFSET},
 };
 
@@ -130,8 +130,8 @@ enum TaskWords {
 
 impl TaskWords {
     #[inline(always)]
-    fn of(thread: &CurrentThread) -> Self {
-        match thread.typed_task() {
+    fn of(task: Option<*const u8>) -> Self {
+        match task {
             Some(task) => TaskWords::Typed(task),
             // SAFETY: a helper without arguments.
             None => TaskWords::Probed(unsafe { bpf_get_current_task() }),
@@ -160,11 +160,24 @@ impl TaskWords {
 /// io_uring worker, is past its syscall's end, or the registers cannot be found.
 #[inline(always)]
 pub fn syscall_path_argument(thread: &CurrentThread) -> Option<(u16, u64)> {
+    path_argument_of(|| thread.typed_task())
+}
+
+/// syscall_path_argument where no CurrentThread was needed.
+#[inline(always)]
+pub fn running_syscall_path_argument() -> Option<(u16, u64)> {
+    path_argument_of(typed_task)
+}
+
+/// `typed_task`: the running task typed by BTF, asked for only once the
+/// registers can be found.
+#[inline(always)]
+fn path_argument_of(typed_task: impl FnOnce() -> Option<*const u8>) -> Option<(u16, u64)> {
     let stack_offset = u64::from(TASK_STACK_OFFSET.load());
     if stack_offset == 0 {
         return None;
     }
-    let task = TaskWords::of(thread);
+    let task = TaskWords::of(typed_task());
     let stack: u64 = task.read(stack_offset)?;
     let regs = stack + u64::from(PT_REGS_OFFSET.load());
     // SAFETY (all reads below): kernel memory read with the fault-tolerant helper.

@@ -1,9 +1,8 @@
 //! The thread running here: its ids, and its uid when asked. Where the
 //! loader found the chain to them (TASK_CHAIN: the device hooks may get
 //! their task typed by BTF there, as the open path's programs may, and the
-//! kernel took these very loads),
-//! one helper call (bpf_get_current_task_btf) and loads the verifier
-//! checks against that BTF; elsewhere bpf_get_current_pid_tgid, and
+//! kernel took these very loads), one helper call (bpf_get_current_task_btf)
+//! and loads the verifier checks against that BTF; elsewhere bpf_get_current_pid_tgid, and
 //! bpf_get_current_uid_gid for the uid, which maps it through the initial
 //! user namespace (a call and a loop; that namespace maps every uid to
 //! itself). Each helper call is a few ns of a repeat where returns go
@@ -11,11 +10,10 @@
 
 use core::ptr::{null, read_volatile};
 
-use gpu_trace_common::TaskChain;
-
 use aya_ebpf::helpers::{
     bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_current_uid_gid,
 };
+use gpu_trace_common::TaskChain;
 
 use crate::maps::TASK_CHAIN;
 
@@ -32,12 +30,16 @@ pub struct CurrentThread {
 /// that needs none of the thread's ids; see CurrentThread::typed_task).
 #[inline(always)]
 pub fn typed_task() -> Option<*const u8> {
+    chain().map(|_| task_btf())
+}
+
+/// Only where the chain is known: the verifier knows no other way to it.
+#[inline(always)]
+fn task_btf() -> *const u8 {
     // SAFETY: a helper without arguments.
-    chain().map(|_| {
-        unsafe { bpf_get_current_task_btf() }
-            .cast::<u8>()
-            .cast_const()
-    })
+    unsafe { bpf_get_current_task_btf() }
+        .cast::<u8>()
+        .cast_const()
 }
 
 /// Where the chain is known. Decided by the read-only global alone (not
@@ -60,10 +62,10 @@ impl CurrentThread {
                 task: null(),
             };
         };
+        let task = task_btf();
         // SAFETY: the running task, typed by BTF: the verifier checks each
         // load (a faulting one would read 0).
         unsafe {
-            let task = bpf_get_current_task_btf().cast::<u8>().cast_const();
             let tid = read_volatile(task.add(chain.task_pid as usize).cast::<u32>());
             let pid = read_volatile(task.add(chain.task_tgid as usize).cast::<u32>());
             Self {

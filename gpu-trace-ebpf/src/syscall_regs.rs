@@ -120,9 +120,9 @@ impl CallRegisters {
 }
 
 /// Words of the running task's own task_struct (its stack pointer, its
-/// syscall status): loads the verifier checks against BTF where `thread`
-/// holds its task so typed, else the fault-tolerant helper (a call each,
-/// and one to find the task).
+/// syscall status): loads the verifier checks against BTF where the task
+/// is typed (current_thread.rs), else the fault-tolerant helper (a call
+/// each, and one to find the task).
 enum TaskWords {
     Typed(*const u8),
     Probed(u64),

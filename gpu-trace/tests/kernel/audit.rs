@@ -37,7 +37,7 @@ fn log_dir(rotated: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 /// Waits, if need be, until the one-second fold window the host is in has
-/// at least 100 ms left. Windows are whole seconds of boot time (as
+/// at least 500 ms left (most of it for the probe to start). Windows are whole seconds of boot time (as
 /// CLOCK_BOOTTIME counts it), and in a window's last 20 ms a repeat takes
 /// the long way: the device hook's short way reads no clock, and the tick
 /// it compares proves the window open only with that much left
@@ -45,7 +45,7 @@ fn log_dir(rotated: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// here) would find the short way closed for all of its 2,000 repeats.
 fn clear_of_a_one_second_window_end() {
     const WINDOW_NS: i64 = 1_000_000_000;
-    const ROOM_NS: i64 = 100_000_000;
+    const ROOM_NS: i64 = 500_000_000;
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -163,9 +163,9 @@ fn a_hostile_container_name_reaches_no_shell_and_no_terminal_raw() {
     }
     let json_lines = json.lines();
     json.stop_cleanly();
-    thread::sleep(Duration::from_millis(300)); // the human watcher's lines too
-    let human_lines = human.lines();
-    human.stop_cleanly();
+    // Stopping drains the human watcher too: every line it had to write.
+    let (status, stderr, human_lines) = human.stop_with_lines();
+    assert!(status.success(), "watch ended with {status}: {stderr:#?}");
 
     // JSON keeps each name exactly, yet no line holds a raw control, DEL,
     // C1 or bidi character, and every command in a hint is paste-safe.

@@ -390,6 +390,44 @@ impl DeviceFields {
         access: 0,
         dev_type: 0,
     };
+
+    /// An open that failed before any device check (a missing node, a
+    /// file mode refusal) has no device to tell it apart by: a digest of
+    /// its path (`UnresolvedPath`) stands in for one in the fold's keys, so
+    /// that failures at two paths are two problems, not one's repeats.
+    /// Type 0 (no device type): userspace shows no device for it.
+    pub const fn of_unresolved_path(digest: u64) -> Self {
+        Self {
+            major: digest as u32,
+            minor: (digest >> 32) as u32,
+            access: 0,
+            dev_type: 0,
+        }
+    }
+}
+
+/// The digest of a path read in chunks of `PATH_HEAD_LEN` bytes, each
+/// zero after the path's end: the kernel's name for a path that resolved
+/// to no device (DeviceFields::of_unresolved_path). Not a secure hash: a
+/// tenant that makes two of its own paths collide only folds its own
+/// failures together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnresolvedPath(pub u64);
+
+impl UnresolvedPath {
+    pub const START: Self = Self(0xcbf2_9ce4_8422_2325);
+
+    #[inline(always)]
+    pub fn with_chunk(self, chunk: &[u64; PATH_HEAD_LEN / 8]) -> Self {
+        let mut digest = self.0;
+        let mut i = 0;
+        while i < chunk.len() {
+            digest = (digest ^ chunk[i]).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            digest ^= digest >> 29;
+            i += 1;
+        }
+        Self(digest)
+    }
 }
 
 /// Byte offsets from a cgroup (`struct cgroup`, cgroup_mkdir's raw

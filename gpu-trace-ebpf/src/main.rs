@@ -36,6 +36,7 @@ mod slot_count;
 mod syscall_regs;
 mod thread_identity;
 mod tracepoint_record;
+mod unresolved_path;
 mod v1_devices;
 mod why_dropped;
 

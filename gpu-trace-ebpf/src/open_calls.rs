@@ -32,7 +32,7 @@ use crate::{
     },
     syscall_regs::running_syscall_path_argument,
     tracepoint_record::record_field,
-    why_dropped,
+    unresolved_path, why_dropped,
 };
 
 /// Offsets in the syscalls:sys_enter_* / sys_exit_* records
@@ -429,7 +429,12 @@ fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) 
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         uid,
-        device: call.device,
+        // A failure before any device check is told apart by its path.
+        device: if flags & FLAG_DEVICE_SEEN != 0 {
+            call.device
+        } else {
+            unresolved_path::device_of(call.path_ptr)
+        },
         hook_verdict: call.hook_verdict,
         syscall_ret: ret,
         // Not known yet: a repeat's is taken from its first (userspace).

@@ -66,8 +66,13 @@ fn admitted(kind: u32, level: u8) -> bool {
 }
 
 /// The device as one number: BPF-to-BPF calls take five arguments at most.
+/// 0:0 where there is none (type 0: the fields hold a path's digest,
+/// unresolved_path.rs).
 #[inline(always)]
 fn device_of(head: &EventHead) -> u64 {
+    if head.device.dev_type == 0 {
+        return 0;
+    }
     (u64::from(head.device.major) << 32) | u64::from(head.device.minor)
 }
 

@@ -232,8 +232,18 @@ impl DeviceAccess {
             sighted_programs: raw.policy_programs,
             device_seen,
             block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
-            major: raw.head.device.major,
-            minor: raw.head.device.minor,
+            // Where no device was seen, the kernel's fields name the path
+            // (DeviceFields::of_unresolved_path), not a device.
+            major: if device_seen {
+                raw.head.device.major
+            } else {
+                0
+            },
+            minor: if device_seen {
+                raw.head.device.minor
+            } else {
+                0
+            },
             access: raw.head.device.access,
             verdict,
             bpf_retval: if by_bpf { raw.head.hook_verdict } else { 0 },

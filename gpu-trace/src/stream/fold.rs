@@ -16,27 +16,38 @@ use std::time::{Duration, Instant, SystemTime};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{
-    access::OpenCall,
+    access::{OpenCall, Verdict},
     record::{Record, RecordKind},
 };
 
-/// What makes two denials "the same": cgroup, device, access and command.
+/// What makes two problems "the same": cgroup, device, access, command and
+/// outcome, as the kernel's fold key has them (RepeatKey). A failure
+/// before any device check has no device: its path stands in for one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct FoldKey {
     cgroup_id: u64,
     device: (bool, u32, u32),
+    unresolved_path: Option<Vec<u8>>,
     access: u16,
     comm: Vec<u8>,
+    verdict: Verdict,
+    ret: Option<i32>,
+    path_changed: bool,
 }
 
 impl FoldKey {
     fn of(record: &Record) -> Self {
         let a = &record.access;
+        let open = a.open.as_ref();
         FoldKey {
             cgroup_id: a.cgroup_id,
             device: (a.device_seen, a.major, a.minor),
+            unresolved_path: open.filter(|_| !a.device_seen).map(|o| o.path.clone()),
             access: a.access,
             comm: a.comm.clone(),
+            verdict: a.verdict,
+            ret: open.and_then(|o| o.ret),
+            path_changed: open.is_some_and(|o| o.path_changed),
         }
     }
 }
@@ -432,6 +443,49 @@ mod tests {
         );
         assert!(folder.due(false).is_empty(), "the window is still open");
         assert_one_spanning(&folder.due(true), 9, (2, 10));
+    }
+
+    /// A failed open of `path` that reached no device check, ending `ret`.
+    fn failed_before_check(path: &[u8], ret: i32) -> Record {
+        let mut record = denial(b"cuda", 1);
+        let a = &mut record.access;
+        (a.device_seen, a.major, a.access) = (false, 0, 0);
+        a.verdict = Verdict::FailedBeforeDeviceCheck;
+        a.open = Some(OpenCall {
+            syscall: "openat",
+            path: path.to_vec(),
+            path_truncated: false,
+            path_changed: false,
+            ret: Some(ret),
+        });
+        record
+    }
+
+    #[test]
+    fn another_outcome_or_another_unresolved_path_is_another_problem() {
+        let mut folder = Folder::new(Duration::from_secs(3600), Budget::UNLIMITED);
+        let uvm = failed_before_check(b"/dev/nvidia-uvm", -libc::ENOENT);
+        assert!(folder.admit(uvm.clone()).is_some());
+        assert!(folder.admit(uvm).is_none(), "its repeat");
+        let tools = failed_before_check(b"/dev/nvidia-uvm-tools", -libc::ENOENT);
+        assert!(folder.admit(tools).is_some(), "another missing node");
+        let refused = failed_before_check(b"/dev/nvidia-uvm", -libc::EACCES);
+        assert!(folder.admit(refused).is_some(), "another errno");
+        // With a device, the path is not the problem's: a link to a node
+        // and the node are one device.
+        let mut denied = denial(b"cuda", 1);
+        denied.access.open = failed_before_check(b"/dev/a", -libc::EPERM).access.open;
+        assert!(folder.admit(denied.clone()).is_some());
+        let mut by_link = denied.clone();
+        by_link.access.open.as_mut().expect("open").path = b"/dev/b".to_vec();
+        assert!(folder.admit(by_link).is_none(), "the same device");
+        let mut rewritten = denied;
+        rewritten.access.open.as_mut().expect("open").path_changed = true;
+        assert!(
+            folder.admit(rewritten).is_some(),
+            "a rewritten path is told"
+        );
+        assert_eq!(written(&folder.due(true)), (2, 2));
     }
 
     #[test]

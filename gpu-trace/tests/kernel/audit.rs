@@ -201,6 +201,50 @@ fn a_tenants_denials_and_their_folded_repeats_name_its_uid() {
     }
 }
 
+/// A failed open that never reached a device check is known by its path
+/// alone: a program failing by turns at missing nodes, two of them alike
+/// for their first 38 bytes (as IMEX channels are), has each node named,
+/// with its own exact count, not the later ones folded into the first.
+#[test]
+fn missing_nodes_failing_by_turns_are_each_named_with_their_own_count() {
+    let incident = or_skip!(incident_test, "fold-paths");
+    const ROUNDS: u64 = 3;
+    let tag = format!("gpu-trace-test-{}", std::process::id());
+    let paths = [
+        format!("/dev/nvidia-{tag}-uvm"),
+        format!("/dev/nvidia-{tag}-uvm-tools"),
+        format!("/dev/nvidia-caps-imex-channels-{tag}/channel0"),
+        format!("/dev/nvidia-caps-imex-channels-{tag}/channel1"),
+    ];
+    assert!(paths.iter().all(|p| !Path::new(p).exists()));
+    let ops: Vec<ProbeOp> = (0..ROUNDS)
+        .flat_map(|_| paths.iter())
+        .map(|path| ProbeOp::Open {
+            path: path.into(),
+            mode: OpenMode::ReadWrite,
+        })
+        .collect();
+    let watcher = incident.watch(&["--format", "json", "--fold", "60s", "--opens", "full"]);
+    let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
+    assert!(child.results.iter().all(|&r| r == libc::ENOENT));
+    let (status, stderr, records) = watcher.stop_with_events(child.pid);
+    assert!(status.success(), "{stderr:#?}");
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    for record in &records {
+        assert_eq!(record["cause"], "node-missing", "{record:#}");
+        assert_eq!(record["errno"], "ENOENT", "{record:#}");
+        assert!(
+            record["device"].is_null() && record["major"].is_null(),
+            "no device: {record:#}"
+        );
+        let path = record["path"].as_str().expect("path").to_string();
+        *counts.entry(path).or_default() += record["count"].as_u64().expect("count");
+    }
+    let expected: std::collections::BTreeMap<String, u64> =
+        paths.iter().map(|p| (p.clone(), ROUNDS)).collect();
+    assert_eq!(counts, expected, "{records:#?}");
+}
+
 /// A repeat may count under its thread's remembered key without reading
 /// the thread's cgroup and command name again, but only while no thread
 /// was renamed, moved or ended since: one thread denied over and over,

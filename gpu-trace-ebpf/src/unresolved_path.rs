@@ -1,0 +1,45 @@
+//! A failed open that never reached a device check (a missing node, a
+//! file mode refusal) is known by its path alone: without it in the fold's
+//! key, a program failing at /dev/nvidia-uvm and then at
+//! /dev/nvidia-uvm-tools would have the second counted as a repeat of the
+//! first, and its name never told. The path is read in chunks (at most
+//! PATH_LEN bytes, as an event keeps) and digested into the device fields
+//! of the key. Only such failures of GPU paths pay for it.
+
+use aya_ebpf::helpers::generated::bpf_probe_read_user_str;
+use gpu_trace_common::{DeviceFields, UnresolvedPath, PATH_HEAD_LEN, PATH_LEN};
+
+/// Chunks that cover PATH_LEN bytes: each read takes PATH_HEAD_LEN - 1
+/// bytes of the path and its NUL.
+const CHUNKS: usize = PATH_LEN / (PATH_HEAD_LEN - 1) + 1;
+
+/// The stand-in device of the path at `path_ptr`.
+#[inline(never)]
+pub fn device_of(path_ptr: u64) -> DeviceFields {
+    let mut digest = UnresolvedPath::START;
+    let mut offset = 0u64;
+    let mut i = 0;
+    while i < CHUNKS {
+        let mut chunk = [0u64; PATH_HEAD_LEN / 8];
+        // SAFETY: a fault-tolerant read of at most PATH_HEAD_LEN bytes into
+        // `chunk`; it stops at the path's NUL and leaves the rest zero.
+        let read = unsafe {
+            bpf_probe_read_user_str(
+                chunk.as_mut_ptr().cast(),
+                PATH_HEAD_LEN as u32,
+                (path_ptr + offset) as *const _,
+            )
+        };
+        if read <= 0 {
+            break;
+        }
+        digest = digest.with_chunk(&chunk);
+        // Shorter than a whole chunk: the NUL came before its end.
+        if read < PATH_HEAD_LEN as i64 {
+            break;
+        }
+        offset += (PATH_HEAD_LEN - 1) as u64;
+        i += 1;
+    }
+    DeviceFields::of_unresolved_path(digest.0)
+}

@@ -42,8 +42,8 @@ use core::{
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use gpu_trace_common::{
     bench_cut as cut, CgroupWindow, DeviceFields, EventHead, HeldBackCount, HeldBackKey,
-    RepeatCount, RepeatKey, ThreadLastFolded, COMM_LEN, HELD_BACK_KEYS_PER_CGROUP,
-    KERNEL_BUDGET_PER_CGROUP, OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
+    RepeatCount, RepeatKey, ThreadLastFolded, COMM_LEN, FLAG_DEVICE_SEEN,
+    HELD_BACK_KEYS_PER_CGROUP, KERNEL_BUDGET_PER_CGROUP, OPEN_CALLS_BY_RESULT, SYSCALL_NONE,
 };
 
 use crate::maps::{
@@ -411,7 +411,11 @@ pub fn held_back(head: &EventHead, comm: &[u8; COMM_LEN]) -> bool {
     };
     // A cgroup varying the device (a new major made with every mknod)
     // gets a few keys of its own, then one for the rest of the window.
-    let own_key = after <= KERNEL_BUDGET_PER_CGROUP + HELD_BACK_KEYS_PER_CGROUP;
+    // A failure before any device check goes under that one at once: its
+    // device fields hold a path's digest (unresolved_path.rs), and a
+    // summary shows no path.
+    let own_key = after <= KERNEL_BUDGET_PER_CGROUP + HELD_BACK_KEYS_PER_CGROUP
+        && head.flags & FLAG_DEVICE_SEEN != 0;
     let device = if own_key {
         head.device
     } else {

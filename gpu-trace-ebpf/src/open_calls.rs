@@ -429,12 +429,7 @@ fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) 
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
         uid,
-        // A failure before any device check is told apart by its path.
-        device: if flags & FLAG_DEVICE_SEEN != 0 {
-            call.device
-        } else {
-            unresolved_path::device_of(call.path_ptr)
-        },
+        device: call.device,
         hook_verdict: call.hook_verdict,
         syscall_ret: ret,
         // Not known yet: a repeat's is taken from its first (userspace).
@@ -446,6 +441,13 @@ fn emit(call: &OpenInFlight, known: &Made, pid_tgid: u64, ret: i32, flags: u16) 
         flags,
         program: known.program,
     };
+    // A failure before any device check is told apart by its path; the
+    // call's device and verdict may be an earlier call's (a thread's entry
+    // is reused, see stash_call).
+    if flags & FLAG_DEVICE_SEEN == 0 {
+        head.device = unresolved_path::device_of(call.path_ptr);
+        head.hook_verdict = 0;
+    }
     // A retry storm's repeat ends here, before the command name is read.
     if fold::counted_as_thread_repeat(&head, generation) {
         return;

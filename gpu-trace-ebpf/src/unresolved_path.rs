@@ -2,16 +2,17 @@
 //! file mode refusal) is known by its path alone: without it in the fold's
 //! key, a program failing at /dev/nvidia-uvm and then at
 //! /dev/nvidia-uvm-tools would have the second counted as a repeat of the
-//! first, and its name never told. The path is read in chunks (at most
-//! PATH_LEN bytes, as an event keeps) and digested into the device fields
-//! of the key. Only such failures of GPU paths pay for it.
+//! first, and its name never told. The path is read in chunks (nine reads
+//! of 31 bytes cover the 255 an event keeps) and digested into the device
+//! fields of the key. Only such failures of GPU paths pay for it, repeats
+//! included: the path is all that names them.
 
 use aya_ebpf::helpers::generated::bpf_probe_read_user_str;
 use gpu_trace_common::{DeviceFields, UnresolvedPath, PATH_HEAD_LEN, PATH_LEN};
 
-/// Chunks that cover PATH_LEN bytes: each read takes PATH_HEAD_LEN - 1
-/// bytes of the path and its NUL.
-const CHUNKS: usize = PATH_LEN / (PATH_HEAD_LEN - 1) + 1;
+/// Chunks that cover an event's PATH_LEN - 1 bytes: each read takes
+/// PATH_HEAD_LEN - 1 bytes of the path and a NUL.
+const CHUNKS: usize = (PATH_LEN - 1).div_ceil(PATH_HEAD_LEN - 1);
 
 /// The stand-in device of the path at `path_ptr`.
 #[inline(never)]

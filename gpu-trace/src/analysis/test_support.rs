@@ -40,6 +40,7 @@ pub fn record(
             v1_devices_cgroup: None,
             sighted_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
             device_seen: verdict != Verdict::FailedBeforeDeviceCheck,
+            path_digest: None,
             block_device: false,
             major,
             minor,

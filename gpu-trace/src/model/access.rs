@@ -167,6 +167,9 @@ pub struct DeviceAccess {
     /// False when the access never reached the device hook: the device
     /// fields below are then unknown (zero).
     pub device_seen: bool,
+    /// Where no device was seen: the kernel's digest of the path, which
+    /// its fold key holds instead of a device (DeviceFields::of_unresolved_path).
+    pub path_digest: Option<u64>,
     pub block_device: bool,
     pub major: u32,
     pub minor: u32,
@@ -231,6 +234,8 @@ impl DeviceAccess {
             v1_devices_cgroup: (raw.v1_devices_cgroup != 0).then_some(raw.v1_devices_cgroup),
             sighted_programs: raw.policy_programs,
             device_seen,
+            path_digest: (!device_seen)
+                .then(|| u64::from(raw.head.device.major) | u64::from(raw.head.device.minor) << 32),
             block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
             // Where no device was seen, the kernel's fields name the path
             // (DeviceFields::of_unresolved_path), not a device.

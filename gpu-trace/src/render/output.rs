@@ -364,6 +364,7 @@ mod tests {
                 v1_devices_cgroup: None,
                 sighted_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
                 device_seen: true,
+                path_digest: None,
                 block_device: false,
                 major: 511,
                 minor: 0,

@@ -16,21 +16,23 @@ use std::time::{Duration, Instant, SystemTime};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{
-    access::{OpenCall, Verdict},
+    access::OpenCall,
     record::{Record, RecordKind},
 };
 
 /// What makes two problems "the same": cgroup, device, access, command and
-/// outcome, as the kernel's fold key has them (RepeatKey). A failure
-/// before any device check has no device: its path stands in for one.
+/// outcome (the call's result, a rewritten path), as the kernel's fold key
+/// has them (RepeatKey). A failure before any device check has no device:
+/// the kernel's digest of its path stands in for one. Not the verdict:
+/// attribution may settle a repeat's differently (a policy changed, a
+/// cgroup gone) from its first's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct FoldKey {
     cgroup_id: u64,
     device: (bool, u32, u32),
-    unresolved_path: Option<Vec<u8>>,
+    path_digest: Option<u64>,
     access: u16,
     comm: Vec<u8>,
-    verdict: Verdict,
     ret: Option<i32>,
     path_changed: bool,
 }
@@ -42,10 +44,9 @@ impl FoldKey {
         FoldKey {
             cgroup_id: a.cgroup_id,
             device: (a.device_seen, a.major, a.minor),
-            unresolved_path: open.filter(|_| !a.device_seen).map(|o| o.path.clone()),
+            path_digest: a.path_digest,
             access: a.access,
             comm: a.comm.clone(),
-            verdict: a.verdict,
             ret: open.and_then(|o| o.ret),
             path_changed: open.is_some_and(|o| o.path_changed),
         }
@@ -395,6 +396,7 @@ mod tests {
                 v1_devices_cgroup: None,
                 sighted_programs: [0; gpu_trace_common::SIGHTED_PROGRAMS],
                 device_seen: true,
+                path_digest: None,
                 block_device: false,
                 major: 511,
                 minor: 0,
@@ -445,11 +447,16 @@ mod tests {
         assert_one_spanning(&folder.due(true), 9, (2, 10));
     }
 
-    /// A failed open of `path` that reached no device check, ending `ret`.
+    /// A failed open of `path` that reached no device check, ending `ret`;
+    /// the kernel's digest of the path stood in for by its std hash.
     fn failed_before_check(path: &[u8], ret: i32) -> Record {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut digest = DefaultHasher::new();
+        path.hash(&mut digest);
         let mut record = denial(b"cuda", 1);
         let a = &mut record.access;
         (a.device_seen, a.major, a.access) = (false, 0, 0);
+        a.path_digest = Some(digest.finish());
         a.verdict = Verdict::FailedBeforeDeviceCheck;
         a.open = Some(OpenCall {
             syscall: "openat",

@@ -204,7 +204,8 @@ fn a_tenants_denials_and_their_folded_repeats_name_its_uid() {
 /// A failed open that never reached a device check is known by its path
 /// alone: a program failing by turns at missing nodes, two of them alike
 /// for their first 38 bytes (as IMEX channels are), has each node named,
-/// with its own exact count, not the later ones folded into the first.
+/// with its own exact count, not the later ones folded into the first;
+/// and none of them takes the verdict of a denial the thread had before.
 #[test]
 fn missing_nodes_failing_by_turns_are_each_named_with_their_own_count() {
     let incident = or_skip!(incident_test, "fold-paths");
@@ -217,21 +218,27 @@ fn missing_nodes_failing_by_turns_are_each_named_with_their_own_count() {
         format!("/dev/nvidia-caps-imex-channels-{tag}/channel1"),
     ];
     assert!(paths.iter().all(|p| !Path::new(p).exists()));
-    let ops: Vec<ProbeOp> = (0..ROUNDS)
+    let missing = (0..ROUNDS)
         .flat_map(|_| paths.iter())
         .map(|path| ProbeOp::Open {
             path: path.into(),
             mode: OpenMode::ReadWrite,
-        })
+        });
+    let ops: Vec<ProbeOp> = std::iter::once(incident.open_rw("nvidia-uvm"))
+        .chain(missing)
         .collect();
     let watcher = incident.watch(&["--format", "json", "--fold", "60s", "--opens", "full"]);
     let child = run_probe(Path::new(gpu_trace()), &[&incident.cgroup], &ops).expect("probe");
-    assert!(child.results.iter().all(|&r| r == libc::ENOENT));
-    let (status, stderr, records) = watcher.stop_with_events(child.pid);
+    assert_eq!(child.results[0], libc::EPERM, "the denial before");
+    assert!(child.results[1..].iter().all(|&r| r == libc::ENOENT));
+    let (status, stderr, mut records) = watcher.stop_with_events(child.pid);
     assert!(status.success(), "{stderr:#?}");
+    let denied = records.remove(0);
+    assert_eq!(denied["errno"], "EPERM", "{denied:#}");
     let mut counts = std::collections::BTreeMap::<String, u64>::new();
     for record in &records {
         assert_eq!(record["cause"], "node-missing", "{record:#}");
+        assert_eq!(record["bpf_retval"], 0, "{record:#}");
         assert_eq!(record["errno"], "ENOENT", "{record:#}");
         assert!(
             record["device"].is_null() && record["major"].is_null(),

@@ -404,6 +404,11 @@ impl DeviceFields {
             dev_type: 0,
         }
     }
+
+    /// The digest `of_unresolved_path` was given.
+    pub const fn unresolved_path_digest(&self) -> u64 {
+        self.major as u64 | (self.minor as u64) << 32
+    }
 }
 
 /// The digest of a path read in chunks of `PATH_HEAD_LEN` bytes, each
@@ -807,7 +812,8 @@ pub const CGROUP_SENT_CAPACITY: u32 = 16384;
 /// Problems a cgroup had past its budget in one window, by device major,
 /// access and outcome (so that a count never mixes denials with other
 /// failures). Past HELD_BACK_KEYS_PER_CGROUP of them, one key with major,
-/// access and type 0 holds the rest of that cgroup's window.
+/// access and type 0 holds the rest of that cgroup's window, and from the
+/// first, its failures before any device check (which have no device).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct HeldBackKey {

@@ -234,8 +234,7 @@ impl DeviceAccess {
             v1_devices_cgroup: (raw.v1_devices_cgroup != 0).then_some(raw.v1_devices_cgroup),
             sighted_programs: raw.policy_programs,
             device_seen,
-            path_digest: (!device_seen)
-                .then(|| u64::from(raw.head.device.major) | u64::from(raw.head.device.minor) << 32),
+            path_digest: (!device_seen).then(|| raw.head.device.unresolved_path_digest()),
             block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
             // Where no device was seen, the kernel's fields name the path
             // (DeviceFields::of_unresolved_path), not a device.
@@ -318,6 +317,20 @@ mod tests {
         let open = access.open.expect("open call");
         assert_eq!(open.path, b"/dev/nvidia-uvm");
         assert_eq!((open.syscall, open.errno()), ("openat", Some(libc::EPERM)));
+    }
+
+    #[test]
+    fn a_failure_before_the_device_check_shows_no_device_and_keeps_the_path_digest() {
+        let digest = 0x0123_4567_89ab_cdef;
+        let mut event = raw(0, -libc::ENOENT, true);
+        event.head.device = DeviceFields::of_unresolved_path(digest);
+        event.head.flags &= !FLAG_DEVICE_SEEN;
+        let access = DeviceAccess::decode(&event, VerdictSource::BpfRetval);
+        assert_eq!(access.verdict, Verdict::FailedBeforeDeviceCheck);
+        assert_eq!((access.major, access.minor), (0, 0));
+        assert_eq!(access.path_digest, Some(digest));
+        let seen = DeviceAccess::decode(&raw(-1, -1, true), VerdictSource::BpfRetval);
+        assert_eq!(seen.path_digest, None);
     }
 
     #[test]

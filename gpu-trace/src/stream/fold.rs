@@ -16,23 +16,25 @@ use std::time::{Duration, Instant, SystemTime};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{
-    access::OpenCall,
+    access::{OpenCall, VerdictSource},
     record::{Record, RecordKind},
 };
 
 /// What makes two problems "the same": cgroup, device, access, command and
-/// outcome (the call's result, a rewritten path), as the kernel's fold key
-/// has them (RepeatKey). A failure before any device check has no device:
-/// the kernel's digest of its path stands in for one. Not the verdict:
-/// attribution may settle a repeat's differently (a policy changed, a
-/// cgroup gone) from its first's.
+/// outcome (the hook's verdict where it read one, the call's result, a
+/// rewritten path): what the kernel's fold key (RepeatKey) holds. A
+/// failure before any device check has no device: the kernel's digest of
+/// its path stands in for one. Not the verdict as attribution settles it:
+/// a repeat collected later may be settled differently (a policy changed,
+/// a cgroup gone) from its first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct FoldKey {
     cgroup_id: u64,
-    device: (bool, u32, u32),
+    device: (bool, bool, u32, u32),
     path_digest: Option<u64>,
     access: u16,
     comm: Vec<u8>,
+    hook_verdict: Option<i32>,
     ret: Option<i32>,
     path_changed: bool,
 }
@@ -43,10 +45,12 @@ impl FoldKey {
         let open = a.open.as_ref();
         FoldKey {
             cgroup_id: a.cgroup_id,
-            device: (a.device_seen, a.major, a.minor),
+            device: (a.device_seen, a.block_device, a.major, a.minor),
             path_digest: a.path_digest,
             access: a.access,
             comm: a.comm.clone(),
+            // Read by the hook on this route, and left as read by attribution.
+            hook_verdict: (a.verdict_from == VerdictSource::BpfRetval).then_some(a.bpf_retval),
             ret: open.and_then(|o| o.ret),
             path_changed: open.is_some_and(|o| o.path_changed),
         }
@@ -486,12 +490,17 @@ mod tests {
         let mut by_link = denied.clone();
         by_link.access.open.as_mut().expect("open").path = b"/dev/b".to_vec();
         assert!(folder.admit(by_link).is_none(), "the same device");
-        let mut rewritten = denied;
+        let mut rewritten = denied.clone();
         rewritten.access.open.as_mut().expect("open").path_changed = true;
         assert!(
             folder.admit(rewritten).is_some(),
             "a rewritten path is told"
         );
+        // Where the hook read its verdict: a BPF policy's denial, then one
+        // after the policies allowed (cgroup v1) are two causes.
+        let mut after_bpf = denied;
+        (after_bpf.access.bpf_retval, after_bpf.access.verdict) = (0, Verdict::DeniedAfterBpf);
+        assert!(folder.admit(after_bpf).is_some(), "another layer denied it");
         assert_eq!(written(&folder.due(true)), (2, 2));
     }
 

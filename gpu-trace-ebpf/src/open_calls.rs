@@ -283,17 +283,24 @@ fn whose_sighting(sighting: &OpenInFlight, path_ptr: u64, ret: i32) -> Sighting 
 /// hook when it leaves a sighting and by the exit that takes it.
 #[inline(always)]
 pub fn path_head(path_ptr: u64) -> [u64; PATH_HEAD_LEN / 8] {
+    path_chunk(path_ptr).0
+}
+
+/// `path_head` and what the read took: the bytes copied, its NUL included
+/// (PATH_HEAD_LEN when the path goes on), or a negative error.
+#[inline(always)]
+pub fn path_chunk(path_ptr: u64) -> ([u64; PATH_HEAD_LEN / 8], i64) {
     let mut head = [0u64; PATH_HEAD_LEN / 8];
     // SAFETY: a fault-tolerant read of at most PATH_HEAD_LEN bytes into
     // `head`; the helper stops at the path's NUL and leaves the rest zero.
-    unsafe {
+    let read = unsafe {
         bpf_probe_read_user_str(
             head.as_mut_ptr().cast(),
             PATH_HEAD_LEN as u32,
             path_ptr as *const _,
         )
     };
-    head
+    (head, read)
 }
 
 /// How old a sighting an open's exit still takes as its own.

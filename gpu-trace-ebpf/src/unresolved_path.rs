@@ -7,8 +7,9 @@
 //! fields of the key. Only such failures of GPU paths pay for it, repeats
 //! included: the path is all that names them.
 
-use aya_ebpf::helpers::generated::bpf_probe_read_user_str;
 use gpu_trace_common::{DeviceFields, UnresolvedPath, PATH_HEAD_LEN, PATH_LEN};
+
+use crate::open_calls::path_chunk;
 
 /// Chunks that cover an event's PATH_LEN - 1 bytes: each read takes
 /// PATH_HEAD_LEN - 1 bytes of the path and a NUL.
@@ -21,16 +22,7 @@ pub fn device_of(path_ptr: u64) -> DeviceFields {
     let mut offset = 0u64;
     let mut i = 0;
     while i < CHUNKS {
-        let mut chunk = [0u64; PATH_HEAD_LEN / 8];
-        // SAFETY: a fault-tolerant read of at most PATH_HEAD_LEN bytes into
-        // `chunk`; it stops at the path's NUL and leaves the rest zero.
-        let read = unsafe {
-            bpf_probe_read_user_str(
-                chunk.as_mut_ptr().cast(),
-                PATH_HEAD_LEN as u32,
-                (path_ptr + offset) as *const _,
-            )
-        };
+        let (chunk, read) = path_chunk(path_ptr + offset);
         if read <= 0 {
             break;
         }

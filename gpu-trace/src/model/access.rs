@@ -1,10 +1,10 @@
 //! Kernel records decoded into typed device accesses.
 
 use gpu_trace_common::{
-    DeviceAccessEvent, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL, FLAG_PATH_CHANGED,
-    FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT, SYSCALL_FACCESSAT,
-    SYSCALL_FACCESSAT2, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN, SYSCALL_OPENAT,
-    SYSCALL_OPENAT2,
+    DeviceAccessEvent, DeviceFields, DEV_TYPE_BLOCK, FLAG_DEVICE_SEEN, FLAG_HAS_SYSCALL,
+    FLAG_PATH_CHANGED, FLAG_PATH_FROM_REGS, FLAG_PATH_TRUNCATED, SYSCALL_ACCESS, SYSCALL_CREAT,
+    SYSCALL_FACCESSAT, SYSCALL_FACCESSAT2, SYSCALL_MKNOD, SYSCALL_MKNODAT, SYSCALL_OPEN,
+    SYSCALL_OPENAT, SYSCALL_OPENAT2,
 };
 
 /// What decided an access, as far as gpu-trace can tell.
@@ -208,6 +208,13 @@ impl DeviceAccess {
             ret: traced.then_some(raw.head.syscall_ret),
         });
         let device_seen = raw.head.flags & FLAG_DEVICE_SEEN != 0;
+        // Where no device was seen, the kernel's fields hold the path's
+        // digest (DeviceFields::of_unresolved_path), not a device.
+        let device = if device_seen {
+            raw.head.device
+        } else {
+            DeviceFields::NONE
+        };
         let eperm = open.as_ref().is_some_and(|o| o.ret == Some(-EPERM));
         let eacces = open.as_ref().is_some_and(|o| o.ret == Some(-libc::EACCES));
         let by_bpf = verdict_from == VerdictSource::BpfRetval;
@@ -235,20 +242,10 @@ impl DeviceAccess {
             sighted_programs: raw.policy_programs,
             device_seen,
             path_digest: (!device_seen).then(|| raw.head.device.unresolved_path_digest()),
-            block_device: raw.head.device.dev_type == DEV_TYPE_BLOCK,
-            // Where no device was seen, the kernel's fields name the path
-            // (DeviceFields::of_unresolved_path), not a device.
-            major: if device_seen {
-                raw.head.device.major
-            } else {
-                0
-            },
-            minor: if device_seen {
-                raw.head.device.minor
-            } else {
-                0
-            },
-            access: raw.head.device.access,
+            block_device: device.dev_type == DEV_TYPE_BLOCK,
+            major: device.major,
+            minor: device.minor,
+            access: device.access,
             verdict,
             bpf_retval: if by_bpf { raw.head.hook_verdict } else { 0 },
             verdict_from,
